@@ -1,0 +1,25 @@
+// Shared helpers for the command-line tools: flag parsing with a usage line,
+// and failing with one clear line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pdserve {
+
+// Sets the usage message, parses abseil flags, and rejects positional
+// arguments. Exits 2 with one line on a bad flag.
+void InitCli(int argc, char** argv, const char* usage);
+
+// Prints "NAME: error: MESSAGE" on stderr and exits with `code`.
+[[noreturn]] void Die(const std::string& message, int code = 1);
+[[noreturn]] void Die(const absl::Status& status, int code = 1);
+
+// Parses "1,2,3" into ids. InvalidArgument names the bad item.
+absl::StatusOr<std::vector<int64_t>> ParseIdList(const std::string& text);
+
+}  // namespace pdserve

@@ -1,0 +1,134 @@
+#include "common/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+namespace {
+
+at::Tensor IdsTensor(const std::vector<int64_t>& ids, size_t begin, size_t end) {
+  return at::from_blob(const_cast<int64_t*>(ids.data() + begin), {static_cast<int64_t>(end - begin)}, at::kLong)
+      .clone();
+}
+
+}  // namespace
+
+int ConfigureThreads(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(num_threads);
+  return at::get_num_threads();
+}
+
+Engine::Engine(ModelWeights weights, const EngineOptions& options)
+    : model_(std::move(weights)), options_(options) {
+  ConfigureThreads(options.num_threads);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, const EngineOptions& options) {
+  LoadOptions lo;
+  lo.weights_dtype = options.weights_dtype;
+  ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
+  return std::unique_ptr<Engine>(new Engine(std::move(w), options));
+}
+
+std::unique_ptr<Engine> Engine::FromWeights(ModelWeights weights, const EngineOptions& options) {
+  return std::unique_ptr<Engine>(new Engine(std::move(weights), options));
+}
+
+std::unique_ptr<Sequence> Engine::NewSequence() const {
+  auto seq = std::make_unique<Sequence>(MixedKVCache(config(), options_.kv));
+  at::NoGradGuard no_grad;
+  seq->sinks = model_.ClampedSinks();
+  return seq;
+}
+
+absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk) const {
+  if (ids.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
+  if (chunk <= 0) chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : static_cast<int64_t>(ids.size());
+  at::NoGradGuard no_grad;
+  at::Tensor logits;
+  ForwardOptions fo;
+  fo.sinks = &seq->sinks;
+  for (size_t begin = 0; begin < ids.size(); begin += chunk) {
+    const size_t end = std::min(ids.size(), begin + static_cast<size_t>(chunk));
+    Segment s{&seq->cache, seq->pos, static_cast<int64_t>(end - begin)};
+    ASSIGN_OR_RETURN(logits, model_.Forward(IdsTensor(ids, begin, end), {s}, fo));
+    seq->pos += s.length;
+  }
+  return logits.select(0, 0);
+}
+
+absl::StatusOr<at::Tensor> Engine::DecodeStep(const std::vector<Sequence*>& seqs,
+                                              const std::vector<int64_t>& tokens) const {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode step with ", seqs.size(), " sequences and ",
+                                                   tokens.size(), " tokens"));
+  }
+  at::NoGradGuard no_grad;
+  std::vector<Segment> segs;
+  for (Sequence* s : seqs) segs.push_back({&s->cache, s->pos, 1});
+  // All sequences share the weights, so their sink caches are equal.
+  ForwardOptions fo;
+  fo.sinks = &seqs[0]->sinks;
+  ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(IdsTensor(tokens, 0, tokens.size()), segs, fo));
+  for (Sequence* s : seqs) ++s->pos;
+  return logits;
+}
+
+absl::StatusOr<at::Tensor> Engine::ForwardNoCache(const std::vector<int64_t>& ids) const {
+  if (ids.empty()) return absl::InvalidArgumentError("forward needs at least one token");
+  at::NoGradGuard no_grad;
+  Segment s{nullptr, 0, static_cast<int64_t>(ids.size())};
+  ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(IdsTensor(ids, 0, ids.size()), {s}));
+  return logits.select(0, 0);
+}
+
+int64_t Engine::Sample(const at::Tensor& logits, const SamplingParams& params, uint64_t n) const {
+  at::Tensor row = logits.to(at::kFloat).contiguous();
+  return SampleToken(row.data_ptr<float>(), row.numel(), params, n);
+}
+
+absl::StatusOr<std::vector<int64_t>> Engine::Generate(const GenerateRequest& req,
+                                                      const std::function<bool(int64_t)>& on_token) const {
+  if (req.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be >= 1, got ", req.max_new_tokens));
+  }
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + req.max_new_tokens;
+  if (total > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", req.prompt.size(), ") + max_new_tokens (",
+                                                   req.max_new_tokens, ") = ", total, " exceeds max_context ",
+                                                   config().max_context));
+  }
+  std::vector<int64_t> out;
+  std::unique_ptr<Sequence> seq;
+  at::Tensor logits;
+  if (req.use_cache) {
+    seq = NewSequence();
+    ASSIGN_OR_RETURN(logits, Prefill(seq.get(), req.prompt));
+  } else {
+    ASSIGN_OR_RETURN(logits, ForwardNoCache(req.prompt));
+  }
+  std::vector<int64_t> prefix = req.prompt;
+  for (int64_t n = 0; n < req.max_new_tokens; ++n) {
+    const int64_t tok = Sample(logits, req.sampling, static_cast<uint64_t>(n));
+    out.push_back(tok);
+    if (on_token && !on_token(tok)) break;
+    if (req.stop_at_eos && config().eos_token_id && tok == *config().eos_token_id) break;
+    if (n + 1 == req.max_new_tokens) break;
+    if (req.use_cache) {
+      ASSIGN_OR_RETURN(at::Tensor step, DecodeStep({seq.get()}, {tok}));
+      logits = step.select(0, 0);
+    } else {
+      prefix.push_back(tok);
+      ASSIGN_OR_RETURN(logits, ForwardNoCache(prefix));
+    }
+  }
+  return out;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,93 @@
+// Engine: a loaded model plus the generation loops (chunked prefill, one
+// token per decode step, sampling). The boundary where LibTorch errors
+// become absl::Status. Thread-compatible: concurrent calls must use
+// different Sequences.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "common/engine/sampler.h"
+#include "common/kv/mixed_kv_cache.h"
+#include "common/model/checkpoint.h"
+#include "common/model/transformer.h"
+
+namespace pdserve {
+
+struct EngineOptions {
+  WeightsDtype weights_dtype = WeightsDtype::kF32;
+  KvCacheOptions kv;
+  int64_t prefill_chunk = 512;  // tokens per prefill forward
+  int num_threads = 0;          // intra-op threads; 0 = all cores
+};
+
+// One sequence being generated: its cache, its position and its
+// per-generation sink clamp cache.
+struct Sequence {
+  explicit Sequence(MixedKVCache c) : cache(std::move(c)) {}
+  MixedKVCache cache;
+  int64_t pos = 0;  // tokens already in the cache
+  std::vector<at::Tensor> sinks;
+};
+
+struct GenerateRequest {
+  std::vector<int64_t> prompt;
+  int64_t max_new_tokens = 16;
+  SamplingParams sampling;
+  bool use_cache = true;  // false: replay the whole prefix every step
+  bool stop_at_eos = true;
+};
+
+class Engine {
+ public:
+  // Loads a checkpoint directory and sets the intra-op thread count.
+  static absl::StatusOr<std::unique_ptr<Engine>> Load(const std::string& dir, const EngineOptions& options = {});
+  // Wraps weights already in memory (tests, training).
+  static std::unique_ptr<Engine> FromWeights(ModelWeights weights, const EngineOptions& options = {});
+
+  const ModelConfig& config() const { return model_.config(); }
+  const Transformer& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
+
+  // A fresh sequence with an empty cache and its sink clamp cache.
+  std::unique_ptr<Sequence> NewSequence() const;
+
+  // Runs `ids` through the model in chunks of options().prefill_chunk at the
+  // sequence's next positions and appends their K/V. Returns the last
+  // position's logits [V]. InvalidArgument for bad ids or too long a prompt,
+  // ResourceExhausted when the cache cap is hit.
+  absl::StatusOr<at::Tensor> Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk = 0) const;
+
+  // One batched decode step: token[i] goes to seqs[i] at its next position.
+  // Returns logits [B, V].
+  absl::StatusOr<at::Tensor> DecodeStep(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens) const;
+
+  // The reference path: a full forward over `ids` with no cache. Returns the
+  // last position's logits [V].
+  absl::StatusOr<at::Tensor> ForwardNoCache(const std::vector<int64_t>& ids) const;
+
+  // Generates up to max_new_tokens; calls on_token(id) after each one (it may
+  // return false to stop). Returns the generated ids.
+  absl::StatusOr<std::vector<int64_t>> Generate(const GenerateRequest& request,
+                                                const std::function<bool(int64_t)>& on_token = nullptr) const;
+
+  // The n-th token from a logits row [V].
+  int64_t Sample(const at::Tensor& logits, const SamplingParams& params, uint64_t n) const;
+
+ private:
+  Engine(ModelWeights weights, const EngineOptions& options);
+  Transformer model_;
+  EngineOptions options_;
+};
+
+// Sets LibTorch's intra-op threads (0 = hardware concurrency). Returns the
+// number in effect.
+int ConfigureThreads(int num_threads);
+
+}  // namespace pdserve

@@ -1,0 +1,22 @@
+// Attention with sinks, GQA and an optional sliding window (MODEL_SPEC.md,
+// "Attention"). Pure tensor functions, differentiable.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace pdserve {
+
+// Boolean [T, S] mask of allowed keys: query t sits at q_start + t, key s at
+// k_start + s; allowed iff key <= query and, when window > 0, query - key <
+// window. Returns an undefined tensor when every key is allowed.
+at::Tensor AttentionMask(int64_t q_start, int64_t T, int64_t k_start, int64_t S, int64_t window);
+
+// q [T, H, d], k/v [S, K, d] (fp32 or bf16; computed in fp32), sinks [H] (already
+// clamped), mask [T, S] or undefined. Query head h reads KV head h / (H/K)
+// without materialising repeated K/V. Returns [T, H*d] fp32.
+at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& sinks, const at::Tensor& mask);
+
+}  // namespace pdserve

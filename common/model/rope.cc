@@ -1,0 +1,83 @@
+#include "common/model/rope.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace pdserve {
+
+Rope::Rope(const ModelConfig& c)
+    : half_(c.head_dim / 2),
+      identity_pairs_(c.rope_identity_pairs_global),
+      max_positions_(c.max_context),
+      mscale_(0.1 * std::log(c.yarn.factor) + 1.0),
+      inv_freq_(half_) {
+  const double d = static_cast<double>(c.head_dim);
+  const double L0 = static_cast<double>(c.yarn.original_max_position);
+  auto corr = [&](double r) { return d * std::log(L0 / (r * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta)); };
+  const double low = std::max(std::floor(corr(c.yarn.beta_fast)), 0.0);
+  double high = std::min(std::ceil(corr(c.yarn.beta_slow)), d - 1.0);
+  if (high == low) high += 0.001;
+  for (int64_t i = 0; i < half_; ++i) {
+    const double base = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / d);
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    inv_freq_[i] = base / c.yarn.factor * ramp + base * (1.0 - ramp);
+  }
+}
+
+void Rope::Angles(int64_t pos, bool global, float* cos_out, float* sin_out) const {
+  const double p = static_cast<double>(pos);
+  for (int64_t i = 0; i < half_; ++i) {
+    if (global && i < identity_pairs_) {
+      cos_out[i] = 1.0f;
+      sin_out[i] = 0.0f;
+      continue;
+    }
+    const double a = p * inv_freq_[i];
+    cos_out[i] = static_cast<float>(std::cos(a) * mscale_);
+    sin_out[i] = static_cast<float>(std::sin(a) * mscale_);
+  }
+}
+
+void Rope::ForPositions(const std::vector<int64_t>& positions, bool global, at::Tensor* cos,
+                        at::Tensor* sin) const {
+  const int64_t n = static_cast<int64_t>(positions.size());
+  *cos = at::empty({n, half_}, at::kFloat);
+  *sin = at::empty({n, half_}, at::kFloat);
+  float* c = cos->data_ptr<float>();
+  float* s = sin->data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) Angles(positions[r], global, c + r * half_, s + r * half_);
+}
+
+void Rope::Table(int64_t start, int64_t n, bool global, at::Tensor* cos, at::Tensor* sin) const {
+  const int kind = global ? 1 : 0;
+  at::Tensor tc, ts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t have = table_cos_[kind].defined() ? table_cos_[kind].size(0) : 0;
+    if (start + n > have) {
+      // Grow geometrically, at least 4096 rows, so decode-by-prefill is cheap.
+      const int64_t rows = std::max({start + n, 2 * have, int64_t{4096}});
+      std::vector<int64_t> pos(rows);
+      for (int64_t i = 0; i < rows; ++i) pos[i] = i;
+      // The table is built from the scalar path: the two agree bit for bit.
+      ForPositions(pos, global, &table_cos_[kind], &table_sin_[kind]);
+    }
+    tc = table_cos_[kind];
+    ts = table_sin_[kind];
+  }
+  *cos = tc.narrow(0, start, n);
+  *sin = ts.narrow(0, start, n);
+}
+
+at::Tensor Rope::Apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor c = cos.unsqueeze(1);  // [N, 1, half] broadcasts over heads
+  at::Tensor s = sin.unsqueeze(1);
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+}  // namespace pdserve

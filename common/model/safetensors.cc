@@ -1,0 +1,177 @@
+#include "common/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve {
+namespace {
+
+using nlohmann::json;
+
+// Large enough for any sane header (the 502M model's is ~20 KB).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+StDtype ParseDtype(const std::string& s) {
+  if (s == "F32") return StDtype::kF32;
+  if (s == "BF16") return StDtype::kBF16;
+  if (s == "F16") return StDtype::kF16;
+  return StDtype::kOther;
+}
+
+}  // namespace
+
+const char* StDtypeName(StDtype dtype) {
+  switch (dtype) {
+    case StDtype::kF32: return "F32";
+    case StDtype::kBF16: return "BF16";
+    case StDtype::kF16: return "F16";
+    default: return "other";
+  }
+}
+
+size_t StDtypeSize(StDtype dtype) {
+  switch (dtype) {
+    case StDtype::kF32: return 4;
+    case StDtype::kBF16:
+    case StDtype::kF16: return 2;
+    default: return 0;
+  }
+}
+
+int64_t StTensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) munmap(map_, map_size_);
+}
+
+const StTensorView* SafetensorsFile::Find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open checkpoint '", path, "': ", strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot stat '", path, "'"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat("checkpoint '", path, "' is truncated: ", size,
+                                            " bytes, expected at least 8 for the header length"));
+  }
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("cannot mmap '", path, "': ", strerror(errno)));
+  }
+  f->map_ = map;
+  f->map_size_ = size;
+  const auto* bytes = static_cast<const uint8_t*>(map);
+
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > kMaxHeaderBytes || 8 + header_len > size) {
+    return absl::DataLossError(absl::StrCat("checkpoint '", path, "' is truncated or corrupt: header declares ",
+                                            header_len, " bytes but the file has ", size, " bytes"));
+  }
+  json header = json::parse(bytes + 8, bytes + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return absl::DataLossError(absl::StrCat("checkpoint '", path, "' has a header that is not a JSON object"));
+  }
+  const uint8_t* data = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string& name = it.key();
+    const json& e = it.value();
+    auto corrupt = [&](const std::string& why) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", path, "': tensor '", name, "' ", why));
+    };
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2) {
+      return corrupt("has a malformed header entry: " + e.dump());
+    }
+    StTensorView v;
+    v.dtype_name = e["dtype"].get<std::string>();
+    v.dtype = ParseDtype(v.dtype_name);
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) return corrupt("has a non-integer or negative dimension: " + e["shape"].dump());
+      v.shape.push_back(d.get<int64_t>());
+    }
+    const auto& offs = e["data_offsets"];
+    if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
+      return corrupt("has invalid data_offsets " + offs.dump());
+    }
+    const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return corrupt(absl::StrCat("lies outside the file: data_offsets [", begin, ", ", end,
+                                  "] but the data section has ", data_size, " bytes (truncated file?)"));
+    }
+    v.data = data + begin;
+    v.nbytes = end - begin;
+    const size_t elem = StDtypeSize(v.dtype);
+    if (elem != 0 && v.nbytes != static_cast<uint64_t>(v.numel()) * elem) {
+      return corrupt(absl::StrCat("has ", v.nbytes, " bytes, expected ", v.numel() * elem, " for ",
+                                  v.dtype_name, " shape [", absl::StrJoin(v.shape, ", "), "]"));
+    }
+    f->tensors_.emplace(name, std::move(v));
+  }
+  return f;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorToWrite>& tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (t.nbytes != static_cast<size_t>(numel) * StDtypeSize(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.nbytes,
+                                                     " bytes do not match its shape and dtype"));
+    }
+    header[t.name] = {{"dtype", StDtypeName(t.dtype)}, {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.nbytes}}};
+    offset += t.nbytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');  // keeps the data 8-byte aligned
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
+  uint64_t n = h.size();
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& t : tensors) out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.nbytes));
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat("write to '", path, "' failed (disk full?)"));
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

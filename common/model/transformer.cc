@@ -1,0 +1,223 @@
+#include "common/model/transformer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/kv/mixed_kv_cache.h"
+#include "common/model/attention.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
+  if (w.scalar_type() == x.scalar_type()) return at::linear(x, w);
+  return at::linear(x.to(w.scalar_type()), w).to(at::kFloat);
+}
+
+namespace {
+
+at::Tensor Mlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
+}
+
+// Top-k expert ids per row, descending by logit, ties to the lower index.
+at::Tensor TopKExperts(const at::Tensor& router_logits, int64_t top_k) {
+  at::Tensor r = router_logits.detach().contiguous();
+  const int64_t N = r.size(0), E = r.size(1);
+  at::Tensor idx = at::empty({N, top_k}, at::kLong);
+  const float* rp = r.data_ptr<float>();
+  int64_t* ip = idx.data_ptr<int64_t>();
+  std::vector<int64_t> order(E);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = rp + n * E;
+    for (int64_t e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    std::copy(order.begin(), order.begin() + top_k, ip + n * top_k);
+  }
+  return idx;
+}
+
+}  // namespace
+
+Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w_.config) {}
+
+std::vector<at::Tensor> Transformer::ClampedSinks() const {
+  std::vector<at::Tensor> out;
+  out.reserve(w_.layers.size());
+  for (const LayerWeights& L : w_.layers) {
+    out.push_back(at::clamp(L.sink_bias, w_.config.sink_clamp_lo, w_.config.sink_clamp_hi));
+  }
+  return out;
+}
+
+at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
+  const int64_t N = h.size(0);
+  at::Tensor logits = Linear(h, L.router);  // [N, E]
+  at::Tensor idx = TopKExperts(logits, config().top_k);
+  at::Tensor gates = at::softmax(at::gather(logits, 1, idx), 1);  // [N, top_k]
+
+  at::Tensor out;
+  for (size_t j = 0; j < L.shared_gate.size(); ++j) {
+    at::Tensor s = Mlp(h, L.shared_gate[j], L.shared_up[j], L.shared_down[j]);
+    out = out.defined() ? out + s : s;
+  }
+  if (!out.defined()) out = at::zeros_like(h);
+
+  // Group rows by expert so each expert runs one matmul over its rows.
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> rows(config().n_experts), slots(config().n_experts);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t s = 0; s < config().top_k; ++s) {
+      rows[ip[n * config().top_k + s]].push_back(n);
+      slots[ip[n * config().top_k + s]].push_back(n * config().top_k + s);
+    }
+  }
+  at::Tensor flat_gates = gates.reshape({-1});
+  for (int64_t e = 0; e < config().n_experts; ++e) {
+    if (rows[e].empty()) continue;
+    at::Tensor r = at::tensor(rows[e], at::kLong);
+    at::Tensor x = N == 1 ? h : h.index_select(0, r);
+    at::Tensor y = Mlp(x, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+    at::Tensor g = flat_gates.index_select(0, at::tensor(slots[e], at::kLong)).unsqueeze(1);
+    out = out.index_add(0, r, y * g);
+  }
+  return out;
+}
+
+absl::StatusOr<at::Tensor> Transformer::Forward(const at::Tensor& ids, const std::vector<Segment>& segments,
+                                                const ForwardOptions& options) const {
+  try {
+    return ForwardImpl(ids, segments, options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("forward failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
+                                                    const ForwardOptions& options) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.n_heads, K = c.n_kv_heads, d = c.head_dim;
+  int64_t N = 0;
+  for (const Segment& s : segments) {
+    if (s.length <= 0 || s.start_pos < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("segment with start ", s.start_pos, " and length ", s.length));
+    }
+    if (s.start_pos + s.length > c.max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("positions up to ", s.start_pos + s.length,
+                                                     " exceed max_context ", c.max_context));
+    }
+    // Layer 1 is the first global layer: its length is the sequence length.
+    if (s.cache != nullptr && c.n_layers > 1 && s.cache->seq_len(1) != s.start_pos) {
+      return absl::InvalidArgumentError(absl::StrCat("segment starts at ", s.start_pos, " but its cache holds ",
+                                                     s.cache->seq_len(1), " positions"));
+    }
+    N += s.length;
+  }
+  if (ids.dim() != 1 || ids.size(0) != N) {
+    return absl::InvalidArgumentError(absl::StrCat("ids has shape ", c10::str(ids.sizes()),
+                                                   ", segments cover ", N, " tokens"));
+  }
+  {
+    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    if (lo < 0 || hi >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi, " outside [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+
+  // cos/sin rows for every token: the table for multi-token segments, the
+  // scalar path for one-token steps (same numbers either way).
+  at::Tensor cos[2], sin[2];
+  for (int g = 0; g < 2; ++g) {
+    std::vector<at::Tensor> cs, ss;
+    std::vector<int64_t> single;
+    const bool all_single = std::all_of(segments.begin(), segments.end(), [](const Segment& s) { return s.length == 1; });
+    if (all_single) {
+      for (const Segment& s : segments) single.push_back(s.start_pos);
+      rope_.ForPositions(single, g == 1, &cos[g], &sin[g]);
+      continue;
+    }
+    for (const Segment& s : segments) {
+      at::Tensor cc, sc;
+      rope_.Table(s.start_pos, s.length, g == 1, &cc, &sc);
+      cs.push_back(cc);
+      ss.push_back(sc);
+    }
+    cos[g] = cs.size() == 1 ? cs[0] : at::cat(cs);
+    sin[g] = ss.size() == 1 ? ss[0] : at::cat(ss);
+  }
+
+  std::vector<at::Tensor> local_sinks;
+  const std::vector<at::Tensor>* sinks = options.sinks;
+  if (sinks == nullptr) {
+    local_sinks = ClampedSinks();
+    sinks = &local_sinks;
+  }
+
+  at::Tensor x = w_.embed.index_select(0, ids);
+  if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const bool windowed = ModelConfig::IsWindowed(l);
+    const int g = windowed ? 0 : 1;
+    at::Tensor h = RmsNorm(x, L.norm1, c.norm_eps);
+    at::Tensor q = Rope::Apply(Linear(h, L.q_proj).view({N, H, d}), cos[g], sin[g]);
+    at::Tensor kv = Linear(h, L.kv_proj);
+    at::Tensor k = Rope::Apply(kv.narrow(1, 0, K * d).view({N, K, d}), cos[g], sin[g]);
+    at::Tensor v = kv.narrow(1, K * d, K * d).reshape({N, K, d});
+
+    std::vector<at::Tensor> outs;
+    int64_t off = 0;
+    for (const Segment& s : segments) {
+      at::Tensor qs = q.narrow(0, off, s.length), ks = k.narrow(0, off, s.length), vs = v.narrow(0, off, s.length);
+      off += s.length;
+      const int64_t window = windowed ? c.window : 0;
+      at::Tensor keys, values, mask;
+      if (s.cache == nullptr) {
+        keys = ks;
+        values = vs;
+        mask = AttentionMask(s.start_pos, s.length, s.start_pos, s.length, window);
+      } else if (s.length == 1 || !windowed) {
+        // Append first: a global layer keeps every row, and a one-token step
+        // on a ring sees exactly the last `window` positions, itself included.
+        RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
+        std::tie(keys, values) = s.length == 1 ? s.cache->GetUnordered(l) : s.cache->Get(l);
+        if (s.length > 1) mask = AttentionMask(s.start_pos, s.length, 0, keys.size(0), 0);
+      } else {
+        // A multi-token chunk on a ring: early queries need keys the chunk
+        // would overwrite, so attend over (past rows ++ chunk), then append.
+        auto [pk, pv] = s.cache->Get(l);
+        const int64_t past = pk.size(0);
+        keys = past == 0 ? ks : at::cat({pk.to(ks.scalar_type()), ks});
+        values = past == 0 ? vs : at::cat({pv.to(vs.scalar_type()), vs});
+        mask = AttentionMask(s.start_pos, s.length, s.start_pos - past, keys.size(0), window);
+        RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
+      }
+      outs.push_back(AttendWithSinks(qs, keys, values, (*sinks)[l], mask));
+    }
+    at::Tensor attn = outs.size() == 1 ? outs[0] : at::cat(outs);
+    x = x + Linear(attn, L.o_proj);
+    x = x + Moe(L, RmsNorm(x, L.norm2, c.norm_eps));
+  }
+
+  if (!options.all_logits) {
+    std::vector<int64_t> last;
+    int64_t end = 0;
+    for (const Segment& s : segments) last.push_back((end += s.length) - 1);
+    if (!(last.size() == 1 && last[0] == N - 1 && N == 1)) x = x.index_select(0, at::tensor(last, at::kLong));
+  }
+  const at::Tensor& head = c.tie_embeddings ? w_.embed : w_.head;
+  return Linear(RmsNorm(x, w_.norm, c.norm_eps), head);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,69 @@
+// Transformer: the GPT-OSS-Lite forward pass (MODEL_SPEC.md, "Forward pass")
+// over one or more sequences at once. Every op is an ATen op, so the same
+// code trains under autograd when the weights require grad.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "common/model/rope.h"
+#include "common/model/weights.h"
+
+namespace pdserve {
+
+class MixedKVCache;
+
+// A run of consecutive tokens of one sequence inside a forward's rows.
+struct Segment {
+  MixedKVCache* cache = nullptr;  // nullptr: attend only within the segment
+  int64_t start_pos = 0;          // absolute position of the first token
+  int64_t length = 0;
+};
+
+struct ForwardOptions {
+  // Logits for every row, or only for each segment's last row.
+  bool all_logits = false;
+  // Clamped sinks per layer ([H] each), computed once per generation by
+  // ClampedSinks(); when null they are computed here.
+  const std::vector<at::Tensor>* sinks = nullptr;
+};
+
+class Transformer {
+ public:
+  explicit Transformer(ModelWeights weights);
+
+  const ModelConfig& config() const { return w_.config; }
+  const ModelWeights& weights() const { return w_; }
+  ModelWeights& mutable_weights() { return w_; }
+  const Rope& rope() const { return rope_; }
+
+  // ids: [N] int64, the concatenation of `segments` (lengths sum to N).
+  // Segments with a cache attend to its rows and append their new K/V.
+  // Returns logits [rows, V] fp32. Errors: InvalidArgument for inconsistent
+  // segments, ResourceExhausted from the cache cap; LibTorch exceptions are
+  // caught and returned as Internal.
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& ids, const std::vector<Segment>& segments,
+                                     const ForwardOptions& options = {}) const;
+
+  // The per-generation sink clamp cache: clamp(sink_bias, lo, hi) per layer.
+  std::vector<at::Tensor> ClampedSinks() const;
+
+ private:
+  absl::StatusOr<at::Tensor> ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
+                                         const ForwardOptions& options) const;
+  at::Tensor Moe(const LayerWeights& L, const at::Tensor& h) const;
+
+  ModelWeights w_;
+  Rope rope_;
+};
+
+// x / sqrt(mean(x^2) + eps) * w, in fp32.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// x W^T; runs in W's dtype (bf16 weights use oneDNN) and returns fp32.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w);
+
+}  // namespace pdserve

@@ -1,0 +1,59 @@
+// ModelWeights: the tensors of one GPT-OSS-Lite model, named and shaped as
+// MODEL_SPEC.md's checkpoint table. The single place that knows those names.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "common/model/config.h"
+
+namespace pdserve {
+
+struct LayerWeights {
+  at::Tensor norm1;        // [D] fp32
+  at::Tensor q_proj;       // [H*d, D]
+  at::Tensor kv_proj;      // [2*K*d, D]; rows 0..K*d-1 are K
+  at::Tensor o_proj;       // [D, H*d]
+  at::Tensor sink_bias;    // [H] fp32
+  at::Tensor norm2;        // [D] fp32
+  at::Tensor router;       // [E, D] fp32 (routing decisions stay exact)
+  at::Tensor gate_proj;    // [E, F, D]
+  at::Tensor up_proj;      // [E, F, D]
+  at::Tensor down_proj;    // [E, D, F]
+  std::vector<at::Tensor> shared_gate;  // n_shared x [F, D]
+  std::vector<at::Tensor> shared_up;    // n_shared x [F, D]
+  std::vector<at::Tensor> shared_down;  // n_shared x [D, F]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  at::Tensor embed;  // [V, D]
+  std::vector<LayerWeights> layers;
+  at::Tensor norm;   // [D] fp32
+  at::Tensor head;   // [V, D]; undefined when tie_embeddings
+};
+
+// One named tensor slot of the checkpoint table.
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::Tensor* tensor;  // where it lives in ModelWeights
+  bool is_matmul_weight;  // may be stored in bf16 for compute
+};
+
+// Every tensor MODEL_SPEC.md names for `w.config`, in checkpoint order, with
+// pointers into `w` (resizes w.layers / shared vectors as needed).
+std::vector<NamedTensor> NamedTensors(ModelWeights* w);
+
+// Random weights drawn from `seed` (deterministic on one machine). Scales keep
+// activations O(1) so that small random models give non-degenerate tokens.
+ModelWeights RandomWeights(const ModelConfig& config, uint64_t seed);
+
+// Bytes of all tensors in `w` as held in memory.
+int64_t WeightBytes(const ModelWeights& w);
+
+}  // namespace pdserve
