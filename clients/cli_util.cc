@@ -2,8 +2,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <algorithm>
 
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
@@ -22,6 +25,7 @@ void InitCli(int argc, char** argv, const char* usage) {
   std::string prog = argv[0];
   if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
   g_program = prog;
+  absl::flags_internal::SetProgramInvocationName(argv[0]);
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig usage_config;
   // --help lists the flags defined in the tool's own *_main.cc.
@@ -39,6 +43,12 @@ void InitCli(int argc, char** argv, const char* usage) {
       for (size_t c = 2; c < eq; ++c) {
         if (a[c] == '-') a[c] = '_';
       }
+    }
+    if (a == "--help" || a == "-h") {
+      // abseil exits 1 after --help; a help request is a success.
+      absl::flags_internal::SetFlagsHelpMode(absl::flags_internal::HelpMode::kImportant);
+      absl::flags_internal::HandleUsageFlags(std::cout, usage);
+      std::exit(0);
     }
     normalized.push_back(a);
   }

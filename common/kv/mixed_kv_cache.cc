@@ -172,9 +172,12 @@ absl::StatusOr<MixedKVCache> MixedKVCache::Import(const ModelConfig& config, con
     return absl::InvalidArgumentError(absl::StrCat("hand-off has ", state.k.size(), " K and ", state.v.size(),
                                                    " V layers, the model has ", config.n_layers));
   }
-  if (state.prompt_len < 0 || state.prompt_len > options.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("hand-off prompt_len ", state.prompt_len, " outside [0, ",
-                                                   options.max_tokens, "]"));
+  if (state.prompt_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("hand-off prompt_len ", state.prompt_len, " is negative"));
+  }
+  if (state.prompt_len > options.max_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat("hand-off of ", state.prompt_len,
+                                                     " tokens exceeds the KV cap of ", options.max_tokens));
   }
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const int64_t want = ModelConfig::IsWindowed(l) ? std::min(state.prompt_len, config.window) : state.prompt_len;

@@ -1,0 +1,108 @@
+#include "common/model/attention.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace pdserve {
+namespace {
+
+TEST(AttentionMaskTest, SlidingWindowBlocksKeysOlderThanW) {
+  // Prefill of 6 tokens at positions 0..5 with window 3.
+  at::Tensor m = AttentionMask(0, 6, 0, 6, 3);
+  ASSERT_TRUE(m.defined());
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t j = 0; j < 6; ++j) {
+      EXPECT_EQ(m[i][j].item<bool>(), j <= i && i - j < 3) << i << "," << j;
+    }
+  }
+}
+
+TEST(AttentionMaskTest, AlignsToAbsolutePositions) {
+  // A chunk at positions 10..12 over keys at 8..12, window 3.
+  at::Tensor m = AttentionMask(10, 3, 8, 5, 3);
+  for (int64_t t = 0; t < 3; ++t) {
+    for (int64_t s = 0; s < 5; ++s) {
+      const int64_t i = 10 + t, j = 8 + s;
+      EXPECT_EQ(m[t][s].item<bool>(), j <= i && i - j < 3);
+    }
+  }
+  // A single query over keys all in range needs no mask.
+  EXPECT_FALSE(AttentionMask(12, 1, 10, 3, 3).defined());
+  EXPECT_FALSE(AttentionMask(12, 1, 0, 13, 0).defined());
+}
+
+TEST(AttentionTest, SlidingWindowIgnoresOldKeysAtPrefill) {
+  at::manual_seed(0);
+  const int64_t T = 10, W = 4;
+  at::Tensor q = at::randn({T, 2, 8}), k = at::randn({T, 1, 8}), v = at::randn({T, 1, 8});
+  at::Tensor sinks = at::zeros({2});
+  at::Tensor out = AttendWithSinks(q, k, v, sinks, AttentionMask(0, T, 0, T, W));
+  // Changing keys/values older than the window of the last query changes nothing for it.
+  at::Tensor k2 = k.clone(), v2 = v.clone();
+  k2.narrow(0, 0, T - W).normal_();
+  v2.narrow(0, 0, T - W).normal_();
+  at::Tensor out2 = AttendWithSinks(q, k2, v2, sinks, AttentionMask(0, T, 0, T, W));
+  EXPECT_TRUE(at::equal(out[T - 1], out2[T - 1]));
+  // ...but changing the oldest key inside the window does.
+  k2.narrow(0, T - W, 1).normal_();
+  at::Tensor out3 = AttendWithSinks(q, k2, v2, sinks, AttentionMask(0, T, 0, T, W));
+  EXPECT_FALSE(at::allclose(out[T - 1], out3[T - 1]));
+}
+
+TEST(AttentionTest, SinkEqualsAHandWrittenSoftmaxWithTheExtraColumn) {
+  at::manual_seed(1);
+  const int64_t T = 3, S = 5, H = 4, K = 2, d = 8;
+  at::Tensor q = at::randn({T, H, d}), k = at::randn({S, K, d}), v = at::randn({S, K, d});
+  at::Tensor sinks = at::tensor({-10.0f, 0.5f, 3.0f, 15.0f});
+  at::Tensor mask = AttentionMask(S - T, T, 0, S, 0);
+  at::Tensor out = AttendWithSinks(q, k, v, sinks, mask);
+  auto qa = q.accessor<float, 3>(), ka = k.accessor<float, 3>(), va = v.accessor<float, 3>();
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t i = S - T + t;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / K);
+      const double z = sinks[h].item<float>();
+      std::vector<double> s(i + 1);
+      double m = z;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += qa[t][h][e] * ka[j][g][e];
+        s[j] = dot / std::sqrt(static_cast<double>(d));
+        m = std::max(m, s[j]);
+      }
+      double denom = std::exp(z - m);
+      for (double x : s) denom += std::exp(x - m);
+      for (int64_t e = 0; e < d; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) o += std::exp(s[j] - m) / denom * va[j][g][e];
+        EXPECT_NEAR(out[t][h * d + e].item<float>(), o, 1e-5) << "t=" << t << " h=" << h;
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, GqaMatchesRepeatedKv) {
+  at::manual_seed(2);
+  const int64_t T = 4, H = 6, K = 2, d = 4;
+  at::Tensor q = at::randn({T, H, d}), k = at::randn({T, K, d}), v = at::randn({T, K, d});
+  at::Tensor sinks = at::randn({H});
+  at::Tensor mask = AttentionMask(0, T, 0, T, 0);
+  at::Tensor grouped = AttendWithSinks(q, k, v, sinks, mask);
+  at::Tensor full = AttendWithSinks(q, k.repeat_interleave(H / K, 1), v.repeat_interleave(H / K, 1), sinks, mask);
+  EXPECT_TRUE(at::allclose(grouped, full, 1e-6, 1e-6));
+}
+
+TEST(AttentionTest, Bf16KeysAreComputedInF32) {
+  at::manual_seed(3);
+  at::Tensor q = at::randn({1, 2, 4}), k = at::randn({3, 1, 4}), v = at::randn({3, 1, 4});
+  at::Tensor a = AttendWithSinks(q, k.to(at::kBFloat16), v.to(at::kBFloat16), at::zeros({2}), at::Tensor());
+  at::Tensor b = AttendWithSinks(q, k.to(at::kBFloat16).to(at::kFloat), v.to(at::kBFloat16).to(at::kFloat),
+                                 at::zeros({2}), at::Tensor());
+  EXPECT_EQ(a.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(a, b));
+}
+
+}  // namespace
+}  // namespace pdserve

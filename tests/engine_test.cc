@@ -1,0 +1,213 @@
+#include "common/engine/engine.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include <set>
+#include <thread>
+
+#include "tests/test_util.h"
+
+namespace pdserve {
+namespace {
+
+// 20-token prompt, window 8: the rings wrap during prefill and decode.
+std::vector<int64_t> Prompt(int64_t n = 20, int64_t salt = 0) {
+  std::vector<int64_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back((i * 37 + 11 + salt * 101) % 300);
+  return p;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { engine_ = Engine::FromWeights(RandomWeights(testing::TinyConfig(), 42)).release(); }
+  static void TearDownTestSuite() { delete engine_; }
+  static Engine* engine_;
+};
+Engine* EngineTest::engine_ = nullptr;
+
+std::vector<int64_t> GenerateIds(const Engine& e, SamplingParams sp, bool cache, int64_t n = 72) {
+  GenerateRequest r;
+  r.prompt = Prompt();
+  r.max_new_tokens = n;
+  r.sampling = sp;
+  r.use_cache = cache;
+  auto out = e.Generate(r);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<int64_t>{};
+}
+
+TEST_F(EngineTest, ThreadsDefaultToTheCoreCount) {
+  EXPECT_EQ(at::get_num_threads(), static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+TEST_F(EngineTest, CachedEqualsNoCacheGreedy) {
+  auto cached = GenerateIds(*engine_, {}, true);
+  ASSERT_EQ(cached.size(), 72u);
+  EXPECT_EQ(cached, GenerateIds(*engine_, {}, false));
+  // Not degenerate: a random model still produces varied tokens.
+  EXPECT_GT(std::set<int64_t>(cached.begin(), cached.end()).size(), 10u);
+}
+
+TEST_F(EngineTest, CachedEqualsNoCacheSeededSampling) {
+  for (SamplingParams sp : {SamplingParams{0.9f, 0.95f, 40, 3}, SamplingParams{1.0f, 1.0f, 0, 12345},
+                            SamplingParams{0.7f, 0.5f, 0, 9}}) {
+    auto cached = GenerateIds(*engine_, sp, true);
+    EXPECT_EQ(cached, GenerateIds(*engine_, sp, false)) << "temperature " << sp.temperature;
+    // Same seed, same tokens; another seed, other tokens.
+    EXPECT_EQ(cached, GenerateIds(*engine_, sp, true));
+    SamplingParams other = sp;
+    other.seed += 1;
+    EXPECT_NE(cached, GenerateIds(*engine_, other, true));
+  }
+}
+
+TEST_F(EngineTest, ChunkedPrefillMatchesOneShot) {
+  const auto prompt = Prompt(23);
+  auto whole = engine_->NewSequence();
+  auto want = engine_->Prefill(whole.get(), prompt, 1000);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int64_t chunk : {1, 3, 7}) {
+    auto seq = engine_->NewSequence();
+    auto got = engine_->Prefill(seq.get(), prompt, chunk);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(at::allclose(*got, *want, 1e-4, 1e-5)) << "chunk " << chunk << " max diff "
+                                                      << (*got - *want).abs().max().item<float>();
+    EXPECT_EQ(seq->pos, 23);
+    for (int64_t l = 0; l < 4; ++l) {
+      ASSERT_EQ(seq->cache.seq_len(l), whole->cache.seq_len(l));
+      EXPECT_TRUE(at::allclose(seq->cache.Get(l).first, whole->cache.Get(l).first, 1e-4, 1e-5)) << l;
+      EXPECT_TRUE(at::allclose(seq->cache.Get(l).second, whole->cache.Get(l).second, 1e-4, 1e-5)) << l;
+    }
+  }
+}
+
+TEST_F(EngineTest, LastLogitsEqualTheNoCacheForward) {
+  auto seq = engine_->NewSequence();
+  auto cached = engine_->Prefill(seq.get(), Prompt(), 5);
+  auto ref = engine_->ForwardNoCache(Prompt());
+  ASSERT_TRUE(cached.ok() && ref.ok());
+  EXPECT_TRUE(at::allclose(*cached, *ref, 1e-4, 1e-5));
+}
+
+std::vector<int64_t> DecodeGreedy(const Engine& e, Sequence* seq, at::Tensor logits, int n) {
+  std::vector<int64_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(e.Sample(logits, {}, i));
+    auto step = e.DecodeStep({seq}, {out.back()});
+    EXPECT_TRUE(step.ok()) << step.status();
+    logits = step->select(0, 0);
+  }
+  return out;
+}
+
+TEST_F(EngineTest, ExportImportThenDecodeEqualsDecodingInPlace) {
+  for (KvDtype dt : {KvDtype::kF32, KvDtype::kBF16}) {
+    EngineOptions o;
+    o.kv.dtype = dt;
+    auto engine = Engine::FromWeights(engine_->model().weights(), o);
+    auto a = engine->NewSequence();
+    auto logits = engine->Prefill(a.get(), Prompt());
+    ASSERT_TRUE(logits.ok());
+    auto state = a->cache.Export(a->pos);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->k[0].size(0), 8);   // windowed: last W rows
+    EXPECT_EQ(state->k[1].size(0), 20);  // global: every row
+    auto imported = MixedKVCache::Import(engine->config(), *state, o.kv);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    Sequence b(std::move(*imported));
+    b.pos = state->prompt_len;
+    b.sinks = engine->model().ClampedSinks();
+    EXPECT_EQ(DecodeGreedy(*engine, a.get(), *logits, 40), DecodeGreedy(*engine, &b, *logits, 40));
+  }
+}
+
+TEST_F(EngineTest, BatchedDecodeMatchesOneAtATime) {
+  std::vector<std::unique_ptr<Sequence>> solo, batch;
+  std::vector<int64_t> tokens;
+  for (int i = 0; i < 3; ++i) {
+    solo.push_back(engine_->NewSequence());
+    batch.push_back(engine_->NewSequence());
+    auto prompt = Prompt(5 + 9 * i, i);
+    ASSERT_TRUE(engine_->Prefill(solo.back().get(), prompt).ok());
+    ASSERT_TRUE(engine_->Prefill(batch.back().get(), prompt).ok());
+    tokens.push_back(100 + i);
+  }
+  for (int step = 0; step < 12; ++step) {
+    auto together = engine_->DecodeStep({batch[0].get(), batch[1].get(), batch[2].get()}, tokens);
+    ASSERT_TRUE(together.ok()) << together.status();
+    for (int i = 0; i < 3; ++i) {
+      auto alone = engine_->DecodeStep({solo[i].get()}, {tokens[i]});
+      ASSERT_TRUE(alone.ok());
+      EXPECT_TRUE(at::allclose(together->select(0, i), alone->select(0, 0), 1e-4, 1e-5)) << "seq " << i;
+      tokens[i] = engine_->Sample(alone->select(0, 0), {}, step);
+    }
+  }
+}
+
+TEST_F(EngineTest, BadRequestsAreInvalidArgument) {
+  GenerateRequest r;
+  r.prompt = {1, 2, 300};
+  EXPECT_EQ(engine_->Generate(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 0;
+  EXPECT_EQ(engine_->Generate(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.max_new_tokens = 4094;
+  auto st = engine_->Generate(r).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("max_context"), std::string::npos) << st;
+  auto seq = engine_->NewSequence();
+  EXPECT_EQ(engine_->Prefill(seq.get(), {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, CacheCapStopsGenerationWithResourceExhausted) {
+  EngineOptions o;
+  o.kv.max_tokens = 25;
+  auto engine = Engine::FromWeights(engine_->model().weights(), o);
+  GenerateRequest r;
+  r.prompt = Prompt();
+  r.max_new_tokens = 10;
+  auto out = engine->Generate(r);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+}
+
+TEST_F(EngineTest, EosStopsUnlessIgnored) {
+  auto greedy = GenerateIds(*engine_, {}, true, 20);
+  ModelConfig c = testing::TinyConfig();
+  c.eos_token_id = greedy[5];
+  ModelWeights w = engine_->model().weights();
+  w.config = c;
+  auto engine = Engine::FromWeights(std::move(w));
+  GenerateRequest r;
+  r.prompt = Prompt();
+  r.max_new_tokens = 20;
+  auto out = engine->Generate(r);
+  ASSERT_TRUE(out.ok());
+  const size_t first = std::find(greedy.begin(), greedy.end(), greedy[5]) - greedy.begin();
+  EXPECT_EQ(out->size(), first + 1);
+  r.stop_at_eos = false;
+  EXPECT_EQ(engine->Generate(r)->size(), 20u);
+}
+
+TEST(EngineTrainingTest, ForwardIsDifferentiable) {
+  ModelWeights w = RandomWeights(testing::TinyConfig(), 7);
+  for (NamedTensor& nt : NamedTensors(&w)) nt.tensor->requires_grad_(true);
+  Transformer model(w);
+  at::Tensor ids = at::arange(0, 12, at::kLong);
+  ForwardOptions fo;
+  fo.all_logits = true;
+  auto logits = model.Forward(ids, {Segment{nullptr, 0, 12}}, fo);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  ASSERT_EQ(logits->size(0), 12);
+  at::Tensor loss = at::cross_entropy_loss(logits->narrow(0, 0, 11), ids.narrow(0, 1, 11));
+  loss.backward();
+  EXPECT_TRUE(w.layers[0].q_proj.grad().defined());
+  EXPECT_GT(w.layers[1].gate_proj.grad().abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(w.layers[2].sink_bias.grad().abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(w.embed.grad().abs().sum().item<float>(), 0.0f);
+}
+
+}  // namespace
+}  // namespace pdserve
