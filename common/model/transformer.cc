@@ -1,12 +1,14 @@
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/attention.h"
+#include "common/model/gemv_kernels.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -16,8 +18,33 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
-  if (w.scalar_type() == x.scalar_type()) return at::linear(x, w);
-  return at::linear(x.to(w.scalar_type()), w).to(at::kFloat);
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  const int64_t M = x.dim() == 2 ? x.size(0) : -1;
+  if (!needs_grad && M > 0 && M <= 4 * kGemvMaxRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
+      w.is_contiguous() && (bf16 || w.scalar_type() == at::kFloat) && GemvAvailable()) {
+    // Decode-sized: our kernels stream each weight row once per 8 rows of x.
+    const at::Tensor xc = x.contiguous();
+    const int64_t K = w.size(1), N = w.size(0);
+    at::Tensor y = at::empty({M, N}, at::kFloat);
+    const float* xp = xc.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
+      for (int64_t m = 0; m < M; m += kGemvMaxRows) {
+        const int64_t rows = std::min(kGemvMaxRows, M - m);
+        if (bf16) {
+          GemvBf16(xp + m * K, rows, K, reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), n0, n1,
+                   yp + m * N, N);
+        } else {
+          GemvF32(xp + m * K, rows, K, w.data_ptr<float>(), n0, n1, yp + m * N, N);
+        }
+      }
+    });
+    return y;
+  }
+  // bf16 weights act as exact fp32 values, whichever path runs.
+  if (bf16) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
+  return at::linear(x, w);
 }
 
 namespace {
@@ -70,8 +97,16 @@ at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
   }
   if (!out.defined()) out = at::zeros_like(h);
 
-  // Group rows by expert so each expert runs one matmul over its rows.
   const int64_t* ip = idx.data_ptr<int64_t>();
+  if (N == 1) {
+    // One token (batch-1 decode): no gather/scatter needed.
+    for (int64_t s = 0; s < config().top_k; ++s) {
+      const int64_t e = ip[s];
+      out = out + gates.select(1, s) * Mlp(h, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+    }
+    return out;
+  }
+  // Group rows by expert so each expert runs one matmul over its rows.
   std::vector<std::vector<int64_t>> rows(config().n_experts), slots(config().n_experts);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t s = 0; s < config().top_k; ++s) {

@@ -63,7 +63,8 @@ class Transformer {
 // x / sqrt(mean(x^2) + eps) * w, in fp32.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 
-// x W^T; runs in W's dtype (bf16 weights use oneDNN) and returns fp32.
+// x W^T in fp32 (bf16 weights are widened exactly). Up to 32 rows of x use
+// the bandwidth-bound kernels of gemv_kernels.h; more rows use BLAS.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w);
 
 }  // namespace pdserve

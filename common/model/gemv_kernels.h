@@ -1,0 +1,26 @@
+// Matrix-vector kernels for decode: y = x W^T for a few rows of x, reading
+// each weight row once. Decode is bound by weight bandwidth, and LibTorch's
+// small-M matmul reaches only a fraction of it (docs/benchmarks.md).
+//
+// No ATen here: the file is compiled for AVX2+FMA, and must not define
+// inline ATen code that other files would then share.
+#pragma once
+
+#include <cstdint>
+
+namespace pdserve {
+
+// Rows of x processed per pass; callers loop for more.
+inline constexpr int64_t kGemvMaxRows = 8;
+
+// True when the CPU has AVX2 and FMA (checked once at run time).
+bool GemvAvailable();
+
+// For output columns n in [n0, n1): y[m * ldy + n] = sum_k x[m * K + k] * W[n * K + k],
+// m < M <= kGemvMaxRows. W is fp32, or bf16 as raw uint16 (upper half of an fp32).
+void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
+             int64_t ldy);
+void GemvBf16(const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
+              int64_t ldy);
+
+}  // namespace pdserve
