@@ -28,43 +28,45 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// R weight rows x M input rows per iteration: R*M independent accumulators
-// hide the FMA latency while each weight byte is loaded exactly once.
-template <int M, int R, typename WT>
-void Block(const float* x, int64_t K, const WT* W, int64_t n, float* y, int64_t ldy) {
-  // Fully unrolled so that acc and xv live in registers.
-  __m256 acc[R][M];
+// One weight row against M rows of x. Rows are streamed one at a time:
+// interleaving several row streams measured 1.6x slower on this machine
+// (docs/benchmarks.md). A accumulators per x row hide the FMA latency.
+template <int M, typename WT>
+void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
+  constexpr int A = M >= 4 ? 1 : (M == 1 ? 4 : 2);
+  __m256 acc[M][A];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 * A <= K; k += 8 * A) {
+#pragma GCC unroll 4
+    for (int a = 0; a < A; ++a) {
+      const __m256 wv = LoadW(w + k + 8 * a);
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
-  const int64_t K8 = K & ~int64_t{7};
-  for (int64_t k = 0; k < K8; k += 8) {
-    __m256 xv[M];
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) xv[m] = _mm256_loadu_ps(x + m * K + k);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 w = LoadW(W + (n + r) * K + k);
-#pragma GCC unroll 8
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(w, xv[m], acc[r][m]);
+      for (int m = 0; m < M; ++m) acc[m][a] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k + 8 * a), acc[m][a]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int m = 0; m < M; ++m) {
-      float s = HorizontalSum(acc[r][m]);
-      for (int64_t k = K8; k < K; ++k) s += x[m * K + k] * ScalarW(W[(n + r) * K + k]);
-      y[m * ldy + n + r] = s;
-    }
+  for (; k + 8 <= K; k += 8) {
+    const __m256 wv = LoadW(w + k);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc[m][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m][0]);
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    __m256 t = acc[m][0];
+#pragma GCC unroll 4
+    for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
+    float s = HorizontalSum(t);
+    for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * ScalarW(w[kk]);
+    y_col[m * ldy] = s;
   }
 }
 
 template <int M, typename WT>
 void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  constexpr int R = M == 1 ? 4 : (M == 2 ? 2 : 1);
-  int64_t n = n0;
-  for (; n + R <= n1; n += R) Block<M, R>(x, K, W, n, y, ldy);
-  for (; n < n1; ++n) Block<M, 1>(x, K, W, n, y, ldy);
+  for (int64_t n = n0; n < n1; ++n) Row<M>(x, K, W + n * K, y + n, ldy);
 }
 
 template <typename WT>
