@@ -1,0 +1,685 @@
+// pdserve-decode-bench: batch-1 decode speed of the Engine. Checks that the
+// cached and no-cache loops agree token for token, then times every decode
+// step (cached) and every full replay (no cache) against position, reports
+// tokens/s, resident memory, the BLAS/threads in use, and the ratio of the
+// measured step time to a memory-bandwidth floor. Optionally profiles decode
+// steps by ATen op, and times each weight shape's matrix-vector product alone
+// (engine vs at::linear vs at::mv). docs/benchmarks.md explains the output.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <sys/resource.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "clients/cli_util.h"
+#include "common/engine/engine.h"
+
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
+ABSL_FLAG(std::string, config, "",
+          "Model config JSON: build random weights in memory (with --seed) instead of --model.");
+ABSL_FLAG(uint64_t, seed, 0, "Seed for the random weights of --config.");
+ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or bf16.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage: f32 or bf16.");
+ABSL_FLAG(int64_t, prompt_len, 32, "Prompt length in tokens (deterministic ids).");
+ABSL_FLAG(std::string, new_tokens, "64,256,512,1024",
+          "Decode lengths to report tokens/s at (one cached run of the largest).");
+ABSL_FLAG(int64_t, no_cache_max, 256, "Tokens to generate with the no-cache loop (quadratic cost).");
+ABSL_FLAG(int64_t, parity_tokens, 32, "Greedy tokens that the cached and no-cache loops must agree on.");
+ABSL_FLAG(std::string, csv_out, "", "Write per-step rows (loop,position,ms,rss_mb) to this CSV file.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
+ABSL_FLAG(double, bw_gib, 1.0, "Size of the buffer summed to measure read bandwidth, GiB.");
+ABSL_FLAG(int, bw_reps, 5, "Passes over the bandwidth buffer (the best is kept).");
+ABSL_FLAG(double, bw_gbs, 0.0, "Use this read bandwidth (GB/s) instead of measuring it.");
+ABSL_FLAG(int64_t, profile_steps, 0, "After the timed run, profile this many more cached decode steps by ATen op.");
+ABSL_FLAG(bool, show_config, false, "Print the full at::show_config() text.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double CurrentRssMb() {
+  std::ifstream f("/proc/self/statm");
+  long long size = 0, resident = 0;
+  f >> size >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+double PeakRssMb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
+}
+
+// Resets the kernel's peak-RSS mark (VmHWM, which getrusage reports) to the
+// current RSS. Linux >= 4.0; returns false where /proc/self/clear_refs is not
+// writable.
+bool ResetPeakRss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// Shared objects mapped into this process whose path mentions one of `keys`.
+std::vector<std::string> MappedLibraries(const std::vector<std::string>& keys) {
+  std::ifstream f("/proc/self/maps");
+  std::set<std::string> found;
+  std::string line;
+  while (std::getline(f, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    std::string lower = path;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    const std::string base = lower.substr(lower.rfind('/') + 1);
+    for (const std::string& k : keys) {
+      if (base.find(k) != std::string::npos) found.insert(path);
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+std::string CpuFlags() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, model;
+  std::set<std::string> have;
+  const std::vector<std::string> want = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni"};
+  while (std::getline(f, line)) {
+    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+    if (line.rfind("flags", 0) == 0) {
+      std::istringstream ss(line.substr(line.find(':') + 1));
+      std::string w;
+      while (ss >> w) {
+        if (std::find(want.begin(), want.end(), w) != want.end()) have.insert(w);
+      }
+      break;
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& w : want) {
+    if (!have.count(w)) missing.push_back(w);
+  }
+  return absl::StrCat(model, "; has {", absl::StrJoin(have, ","), "}; lacks {", absl::StrJoin(missing, ","), "}");
+}
+
+// Best GB/s (1e9 B/s) over `reps` sums of a `gib`-GiB fp32 buffer with the
+// current intra-op thread count.
+double MeasureReadBandwidth(double gib, int reps, double* checksum) {
+  const int64_t n = static_cast<int64_t>(gib * 1024.0 * 1024.0 * 1024.0 / 4.0);
+  at::Tensor buf = at::empty({n}, at::kFloat);
+  buf.fill_(1.0f);  // touch every page before timing
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    *checksum += buf.sum().item<double>();
+    const double s = MsSince(t0) / 1000.0;
+    best = std::max(best, static_cast<double>(n) * 4.0 / s / 1e9);
+  }
+  return best;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct Row {
+  std::string loop;
+  int64_t position;
+  double ms;
+  double rss_mb;
+};
+
+// Self and inclusive CPU time per ATen op (main-thread ranges), and the
+// inclusive time of aten::linear grouped by weight shape.
+void PrintProfile(const torch::autograd::profiler::thread_event_lists& lists, int64_t steps, double wall_ms) {
+  using torch::autograd::profiler::EventKind;
+  using torch::autograd::profiler::LegacyEvent;
+  struct Agg {
+    double self_us = 0, incl_us = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Agg> by_name;
+  std::map<std::string, Agg> linear_by_shape;
+  double top_level_us = 0;
+  for (const auto& list : lists) {
+    struct Open {
+      const LegacyEvent* ev;
+      double child_us;
+    };
+    std::vector<Open> stack;
+    for (const LegacyEvent& ev : list) {
+      if (ev.kind() == EventKind::PushRange) {
+        stack.push_back({&ev, 0.0});
+      } else if (ev.kind() == EventKind::PopRange && !stack.empty()) {
+        Open o = stack.back();
+        stack.pop_back();
+        const double incl = o.ev->cpuElapsedUs(ev);
+        Agg& a = by_name[o.ev->name()];
+        a.self_us += incl - o.child_us;
+        a.incl_us += incl;
+        ++a.calls;
+        if (std::string(o.ev->name()) == "aten::linear") {
+          const auto shapes = o.ev->shapes();
+          std::string key = "?";
+          if (shapes.size() >= 2) key = absl::StrCat("[", absl::StrJoin(shapes[1], ","), "]");
+          Agg& l = linear_by_shape[key];
+          l.incl_us += incl;
+          ++l.calls;
+        }
+        if (stack.empty()) {
+          top_level_us += incl;
+        } else {
+          stack.back().child_us += incl;
+        }
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Agg>> ops(by_name.begin(), by_name.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  std::printf(
+      "\nprofile of %lld cached decode steps (legacy ATen profiler, times per step; the profiler adds overhead):\n",
+      static_cast<long long>(steps));
+  std::printf(
+      "  wall with the profiler on: %.2f ms/step; inside top-level ATen ops: %.2f ms/step; outside them "
+      "(our own kernels, e.g. the gemv of pdserve::Linear, and glue): %.2f ms/step\n",
+      wall_ms / steps, top_level_us / 1000.0 / steps, wall_ms / steps - top_level_us / 1000.0 / steps);
+  std::printf("  %-34s %10s %10s %8s %6s\n", "op (by self time)", "self ms", "incl ms", "calls", "self%");
+  for (size_t i = 0; i < ops.size() && i < 15; ++i) {
+    const Agg& a = ops[i].second;
+    std::printf("  %-34s %10.3f %10.3f %8.1f %5.1f%%\n", ops[i].first.c_str(), a.self_us / 1000.0 / steps,
+                a.incl_us / 1000.0 / steps, static_cast<double>(a.calls) / steps,
+                100.0 * a.self_us / std::max(1.0, top_level_us));
+  }
+  std::vector<std::pair<std::string, Agg>> lin(linear_by_shape.begin(), linear_by_shape.end());
+  std::sort(lin.begin(), lin.end(), [](const auto& a, const auto& b) { return a.second.incl_us > b.second.incl_us; });
+  if (!lin.empty()) std::printf("  %-34s %10s %8s %6s\n", "aten::linear by weight shape", "incl ms", "calls", "share");
+  for (const auto& [k, a] : lin) {
+    std::printf("  %-34s %10.3f %8.1f %5.1f%%\n", k.c_str(), a.incl_us / 1000.0 / steps,
+                static_cast<double>(a.calls) / steps, 100.0 * a.incl_us / std::max(1.0, top_level_us));
+  }
+}
+
+// Ways to multiply one row by a weight matrix.
+enum class MatVec {
+  kEngine,    // pdserve::Linear, whatever the engine does today
+  kAtLinear,  // at::linear on a [1, in] row in the weight's dtype (BLAS sgemm / ATen bf16 gemm)
+  kAtMv,      // at::mv in the weight's dtype (BLAS sgemv / ATen bf16 gemv)
+};
+
+// Mean ms per matrix-vector product over a pool of same-shaped weights used
+// round-robin (a pool larger than the L3 keeps the weights cold, as in a
+// decode step).
+double ProbeMatVec(const std::vector<at::Tensor>& pool, MatVec how) {
+  at::NoGradGuard no_grad;
+  const at::ScalarType st = pool[0].scalar_type();
+  const at::Tensor x = at::randn({1, pool[0].size(1)}, at::kFloat);
+  const at::Tensor xs = x.to(st), xv = xs.view({-1});
+  auto call = [&](const at::Tensor& w) {
+    switch (how) {
+      case MatVec::kEngine:
+        (void)pdserve::Linear(x, w);
+        break;
+      case MatVec::kAtLinear:
+        (void)at::linear(xs, w);
+        break;
+      case MatVec::kAtMv:
+        (void)at::mv(w, xv);
+        break;
+    }
+  };
+  for (size_t i = 0; i < std::min<size_t>(3, pool.size()); ++i) call(pool[i]);  // warm up code paths
+  int64_t calls = 0;
+  const auto t0 = Clock::now();
+  while (calls < static_cast<int64_t>(pool.size()) || calls < 5 || (calls < 5000 && MsSince(t0) < 300.0)) {
+    call(pool[calls % pool.size()]);
+    ++calls;
+  }
+  return MsSince(t0) / static_cast<double>(calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep partial output if the run is interrupted
+  pdserve::InitCli(argc, argv,
+                   "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"
+                   "resident memory, BLAS/threads, and the ratio to a memory-bandwidth floor.\n"
+                   "Usage: pdserve-decode-bench (--model DIR | --config CONFIG.json [--seed S])\n"
+                   "       [--weights-dtype f32|bf16] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
+                   "       [--new-tokens 64,256,512,1024] [--no-cache-max 256] [--csv-out FILE] [--threads N]");
+  const std::string model_dir = absl::GetFlag(FLAGS_model), config_path = absl::GetFlag(FLAGS_config);
+  if (model_dir.empty() == config_path.empty()) pdserve::Die("give exactly one of --model DIR or --config FILE", 2);
+  const std::string wd = absl::GetFlag(FLAGS_weights_dtype), kd = absl::GetFlag(FLAGS_kv_dtype);
+  if (wd != "f32" && wd != "bf16") pdserve::Die("--weights-dtype must be f32 or bf16, got '" + wd + "'", 2);
+  if (kd != "f32" && kd != "bf16") pdserve::Die("--kv-dtype must be f32 or bf16, got '" + kd + "'", 2);
+  const int64_t prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  const int64_t no_cache_max = absl::GetFlag(FLAGS_no_cache_max);
+  const int64_t parity_tokens = absl::GetFlag(FLAGS_parity_tokens);
+  const int64_t profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  if (prompt_len < 1) pdserve::Die("--prompt-len must be >= 1", 2);
+  if (no_cache_max < 0) pdserve::Die("--no-cache-max must be >= 0", 2);
+  if (parity_tokens < 1) pdserve::Die("--parity-tokens must be >= 1", 2);
+  if (profile_steps < 0) pdserve::Die("--profile-steps must be >= 0", 2);
+  auto counts = pdserve::ParseIdList(absl::GetFlag(FLAGS_new_tokens));
+  if (!counts.ok()) pdserve::Die("--new-tokens: " + std::string(counts.status().message()), 2);
+  if (counts->empty() || *std::min_element(counts->begin(), counts->end()) < 1) {
+    pdserve::Die("--new-tokens needs counts >= 1", 2);
+  }
+  std::sort(counts->begin(), counts->end());
+  const int64_t max_new = counts->back();
+
+  pdserve::EngineOptions eo;
+  eo.weights_dtype = wd == "bf16" ? pdserve::WeightsDtype::kBF16 : pdserve::WeightsDtype::kF32;
+  eo.kv.dtype = kd == "bf16" ? pdserve::KvDtype::kBF16 : pdserve::KvDtype::kF32;
+  eo.num_threads = absl::GetFlag(FLAGS_threads);
+
+  // ---- Read bandwidth, measured before the weights exist so that its buffer
+  // does not add to the process's peak RSS.
+  pdserve::ConfigureThreads(eo.num_threads);
+  double checksum = 0;
+  double bw_gbs = absl::GetFlag(FLAGS_bw_gbs);
+  double bw_1t = 0;
+  std::string bw_line;
+  if (bw_gbs <= 0) {
+    const int threads = at::get_num_threads();
+    bw_gbs = MeasureReadBandwidth(absl::GetFlag(FLAGS_bw_gib), absl::GetFlag(FLAGS_bw_reps), &checksum);
+    if (threads > 1) {
+      at::set_num_threads(1);
+      bw_1t = MeasureReadBandwidth(absl::GetFlag(FLAGS_bw_gib), absl::GetFlag(FLAGS_bw_reps), &checksum);
+      at::set_num_threads(threads);
+    }
+    bw_line = absl::StrFormat("read bandwidth (best of %d sums of a %.2f GiB fp32 buffer): %.2f GB/s with %d threads",
+                              absl::GetFlag(FLAGS_bw_reps), absl::GetFlag(FLAGS_bw_gib), bw_gbs, threads);
+    if (bw_1t > 0) bw_line += absl::StrFormat(", %.2f GB/s with 1 thread", bw_1t);
+    bw_line += absl::StrFormat(" (checksum %.0f)\n", checksum);
+  } else {
+    bw_line = absl::StrFormat("read bandwidth: %.2f GB/s (given by --bw-gbs)\n", bw_gbs);
+  }
+  ResetPeakRss();  // the bandwidth buffer is gone; keep it out of the load peak
+
+  // ---- The model.
+  const auto t_load = Clock::now();
+  std::unique_ptr<pdserve::Engine> engine;
+  std::string source;
+  if (!model_dir.empty()) {
+    auto e = pdserve::Engine::Load(model_dir, eo);
+    if (!e.ok()) pdserve::Die(e.status());
+    engine = std::move(*e);
+    source = "checkpoint " + model_dir;
+  } else {
+    auto cfg = pdserve::LoadModelConfig(config_path);
+    if (!cfg.ok()) pdserve::Die(cfg.status());
+    pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
+    if (eo.weights_dtype == pdserve::WeightsDtype::kBF16) {
+      // As LoadCheckpoint does: matmul weights bf16, norms/sinks/router fp32.
+      for (pdserve::NamedTensor& nt : pdserve::NamedTensors(&w)) {
+        if (nt.is_matmul_weight) *nt.tensor = nt.tensor->to(at::kBFloat16);
+      }
+    }
+    engine = pdserve::Engine::FromWeights(std::move(w), eo);
+    source = absl::StrCat("random weights from ", config_path, " (seed ", absl::GetFlag(FLAGS_seed), ")");
+  }
+  const double load_ms = MsSince(t_load);
+  const pdserve::ModelConfig& c = engine->config();
+  if (prompt_len + std::max({max_new, no_cache_max, parity_tokens}) + profile_steps > c.max_context) {
+    pdserve::Die(absl::StrCat("prompt + tokens exceeds max_context ", c.max_context), 2);
+  }
+  const int64_t weight_bytes = pdserve::WeightBytes(engine->model().weights());
+  const double rss_after_load = CurrentRssMb();
+  const double peak_through_load = PeakRssMb();
+  const bool peak_reset = ResetPeakRss();
+
+  std::printf("== pdserve-decode-bench\n");
+  std::printf("model: %s, %s: %lld params (%lld active/token), weights %s = %.1f MiB in memory, kv %s\n",
+              c.name.c_str(), source.c_str(), static_cast<long long>(c.TotalParams()),
+              static_cast<long long>(c.ActiveParams()), wd.c_str(), weight_bytes / 1048576.0, kd.c_str());
+  std::printf("load %.0f ms; RSS after load %.1f MiB\n", load_ms, rss_after_load);
+
+  // ---- BLAS, threads, CPU.
+  std::printf("threads: at::get_num_threads() = %d, interop = %d, hardware = %u\n", at::get_num_threads(),
+              at::get_num_interop_threads(), std::thread::hardware_concurrency());
+  std::printf("libtorch %s\n", TORCH_VERSION);
+  std::printf("cpu: %s\n", CpuFlags().c_str());
+  {
+    const auto blas = MappedLibraries({"blas"});
+    std::string kind = "none found";
+    for (const std::string& p : blas) {
+      std::string lower = p;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      // openblas-*/libblas.so.3 is OpenBLAS; blas/libblas.so.3 is the reference netlib build.
+      if (lower.find("openblas") != std::string::npos) {
+        kind = "OpenBLAS";
+      } else if (kind != "OpenBLAS" && lower.find("mkl") != std::string::npos) {
+        kind = "MKL";
+      } else if (kind == "none found") {
+        kind = "reference netlib BLAS";
+      }
+    }
+    std::printf("BLAS loaded (/proc/self/maps): %s: %s\n", kind.c_str(), absl::StrJoin(blas, ", ").c_str());
+    std::printf("other math libs loaded: %s\n",
+                absl::StrJoin(MappedLibraries({"lapack", "dnnl", "mkl", "gomp", "iomp"}), ", ").c_str());
+  }
+  std::printf("at::get_parallel_info():\n%s", at::get_parallel_info().c_str());
+  {
+    const std::string cfg = at::show_config();
+    if (absl::GetFlag(FLAGS_show_config)) {
+      std::printf("at::show_config():\n%s\n", cfg.c_str());
+    } else {
+      // The lines that say which BLAS/LAPACK/oneDNN the build uses.
+      std::istringstream ss(cfg);
+      std::string line;
+      std::printf("at::show_config() (excerpt; --show-config for all):\n");
+      while (std::getline(ss, line)) {
+        if (line.find("BLAS") != std::string::npos || line.find("LAPACK") != std::string::npos ||
+            line.find("MKL") != std::string::npos || line.find("OpenMP") != std::string::npos ||
+            line.find("CPU capability") != std::string::npos) {
+          std::printf("%s\n", line.substr(0, std::min<size_t>(line.size(), 160)).c_str());
+        }
+      }
+    }
+  }
+
+  std::printf("%s", bw_line.c_str());
+
+  // Floor: weights read once per token + the KV rows attention reads.
+  const int64_t kv_elem = kd == "bf16" ? 2 : 4;
+  const int64_t kv_row = c.KvBytesPerTokenPerLayer(kv_elem);
+  auto kv_read_bytes = [&](int64_t pos) {
+    int64_t rows = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      rows += pdserve::ModelConfig::IsWindowed(l) ? std::min(pos + 1, c.window) : pos + 1;
+    }
+    return rows * kv_row;
+  };
+  const int64_t active = c.ActiveParams();
+  auto floor_ms = [&](int64_t pos, int64_t weight_elem) {
+    return static_cast<double>(active * weight_elem + kv_read_bytes(pos)) / (bw_gbs * 1e9) * 1e3;
+  };
+  const int64_t my_elem = wd == "bf16" ? 2 : 4;
+  std::printf(
+      "floor at position %lld: fp32 weights %.2f ms (%.1f tok/s), bf16 weights %.2f ms (%.1f tok/s); "
+      "weight bytes/token = ActiveParams x bytes/elem = %.1f MB (f32) / %.1f MB (bf16)\n",
+      static_cast<long long>(prompt_len), floor_ms(prompt_len, 4), 1e3 / floor_ms(prompt_len, 4),
+      floor_ms(prompt_len, 2), 1e3 / floor_ms(prompt_len, 2), active * 4 / 1e6, active * 2 / 1e6);
+
+  // ---- Prompt.
+  std::vector<int64_t> prompt(prompt_len);
+  for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = (13 + 7919 * i) % c.vocab_size;
+  pdserve::SamplingParams greedy;
+
+  // ---- Parity (also warms up every code path).
+  {
+    pdserve::GenerateRequest req;
+    req.prompt = prompt;
+    req.max_new_tokens = parity_tokens;
+    req.stop_at_eos = false;
+    req.use_cache = true;
+    const auto t0 = Clock::now();
+    auto cached = engine->Generate(req);
+    if (!cached.ok()) pdserve::Die(cached.status());
+    const double cached_ms = MsSince(t0);
+    req.use_cache = false;
+    const auto t1 = Clock::now();
+    auto plain = engine->Generate(req);
+    if (!plain.ok()) pdserve::Die(plain.status());
+    const double plain_ms = MsSince(t1);
+    if (*cached != *plain) {
+      size_t i = 0;
+      while (i < cached->size() && i < plain->size() && (*cached)[i] == (*plain)[i]) ++i;
+      std::fprintf(stderr, "cached:   %s\nno cache: %s\n", absl::StrJoin(*cached, ",").c_str(),
+                   absl::StrJoin(*plain, ",").c_str());
+      pdserve::Die(absl::StrCat("PARITY FAILED: cached and no-cache greedy tokens differ at index ", i, " (of ",
+                                parity_tokens, "); not reporting times"),
+                   3);
+    }
+    std::printf("parity: cached and no-cache greedy loops agree on all %lld tokens (%.0f ms vs %.0f ms)\n",
+                static_cast<long long>(parity_tokens), cached_ms, plain_ms);
+  }
+
+  std::vector<Row> rows;
+  // ---- Cached loop: one sequence, max_new decode steps.
+  auto seq = engine->NewSequence();
+  const auto t_pf = Clock::now();
+  auto pf = engine->Prefill(seq.get(), prompt);
+  if (!pf.ok()) pdserve::Die(pf.status());
+  const double prefill_ms = MsSince(t_pf);
+  at::Tensor logits = *pf;
+  std::vector<int64_t> cached_tokens;
+  std::vector<double> step_ms, loop_ms;
+  double peak_sampled_rss = CurrentRssMb();
+  for (int64_t n = 0; n < max_new; ++n) {
+    const auto t_a = Clock::now();
+    const int64_t tok = engine->Sample(logits, greedy, static_cast<uint64_t>(n));
+    cached_tokens.push_back(tok);
+    const int64_t pos = seq->pos;
+    const auto t_b = Clock::now();
+    auto step = engine->DecodeStep({seq.get()}, {tok});
+    if (!step.ok()) pdserve::Die(step.status());
+    logits = step->select(0, 0);
+    const double ms = MsSince(t_b);
+    loop_ms.push_back(MsSince(t_a));
+    step_ms.push_back(ms);
+    const double rss = CurrentRssMb();
+    peak_sampled_rss = std::max(peak_sampled_rss, rss);
+    rows.push_back({"cached", pos, ms, rss});
+  }
+  const int64_t kv_used = seq->cache.UsedBytes(), kv_alloc = seq->cache.AllocatedBytes();
+
+  // ---- Matrix-vector probe: each weight shape alone (cold, round-robin over
+  // every layer's/expert's copy), through the engine's pdserve::Linear and
+  // through at::mv, and the sum over one decode step's products.
+  struct Probe {
+    std::string what;
+    std::vector<at::Tensor> pool;
+    double per_step;  // calls per decode step
+    double ms_linear = 0, ms_at_linear = 0, ms_mv = 0;
+  };
+  std::vector<Probe> probes;
+  {
+    const pdserve::ModelWeights& W = engine->model().weights();
+    const double nl = static_cast<double>(c.n_layers);
+    const double mlps = static_cast<double>(c.top_k + c.n_shared_experts);
+    Probe attn{"attn q/kv/o_proj", {}, 0}, router{"moe router (fp32)", {}, nl},
+        up{"mlp gate/up [F,D]", {}, 2 * mlps * nl}, down{"mlp down [D,F]", {}, mlps * nl};
+    for (const pdserve::LayerWeights& L : W.layers) {
+      router.pool.push_back(L.router);
+      for (const at::Tensor& t : {L.q_proj, L.kv_proj, L.o_proj}) {
+        // q, kv and o are all [768, 768] in the default config; group equal shapes.
+        attn.pool.push_back(t);
+      }
+      for (int64_t e = 0; e < c.n_experts; ++e) {
+        up.pool.push_back(L.gate_proj.select(0, e));
+        up.pool.push_back(L.up_proj.select(0, e));
+        down.pool.push_back(L.down_proj.select(0, e));
+      }
+    }
+    const bool attn_same = W.layers[0].q_proj.sizes() == W.layers[0].kv_proj.sizes() &&
+                           W.layers[0].q_proj.sizes() == W.layers[0].o_proj.sizes();
+    if (attn_same) {
+      attn.per_step = 3 * nl;
+      probes.push_back(attn);
+    } else {
+      for (int j = 0; j < 3; ++j) {
+        Probe p{j == 0 ? "attn q_proj" : j == 1 ? "attn kv_proj" : "attn o_proj", {}, nl};
+        for (const pdserve::LayerWeights& L : W.layers)
+          p.pool.push_back(j == 0 ? L.q_proj : j == 1 ? L.kv_proj : L.o_proj);
+        probes.push_back(p);
+      }
+    }
+    probes.push_back(router);
+    probes.push_back(up);
+    probes.push_back(down);
+    probes.push_back({"head [V,D] (tied)", {c.tie_embeddings ? W.embed : W.head}, 1});
+  }
+  double probe_sum_linear = 0, probe_sum_at_linear = 0, probe_sum_mv = 0;
+  for (Probe& p : probes) {
+    p.ms_linear = ProbeMatVec(p.pool, MatVec::kEngine);
+    p.ms_at_linear = ProbeMatVec(p.pool, MatVec::kAtLinear);
+    p.ms_mv = ProbeMatVec(p.pool, MatVec::kAtMv);
+    probe_sum_linear += p.ms_linear * p.per_step;
+    probe_sum_at_linear += p.ms_at_linear * p.per_step;
+    probe_sum_mv += p.ms_mv * p.per_step;
+  }
+
+  // ---- Optional op profile of more steps on the same sequence.
+  if (profile_steps > 0) {
+    using namespace torch::autograd::profiler;
+    enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                                               /*report_input_shapes=*/true));
+    const auto t0 = Clock::now();
+    for (int64_t n = 0; n < profile_steps; ++n) {
+      const int64_t tok = engine->Sample(logits, greedy, static_cast<uint64_t>(max_new + n));
+      auto step = engine->DecodeStep({seq.get()}, {tok});
+      if (!step.ok()) pdserve::Die(step.status());
+      logits = step->select(0, 0);
+    }
+    const double wall = MsSince(t0);
+    thread_event_lists lists = disableProfilerLegacy();
+    PrintProfile(lists, profile_steps, wall);
+  }
+  seq.reset();
+
+  // ---- No-cache loop: replay the whole prefix for every token.
+  std::vector<double> nc_ms;
+  int64_t nc_agree = 0;
+  if (no_cache_max > 0) {
+    std::vector<int64_t> prefix = prompt;
+    auto first = engine->ForwardNoCache(prefix);
+    if (!first.ok()) pdserve::Die(first.status());
+    at::Tensor lg = *first;
+    bool agreeing = true;
+    for (int64_t n = 0; n < no_cache_max; ++n) {
+      const int64_t tok = engine->Sample(lg, greedy, static_cast<uint64_t>(n));
+      if (agreeing && n < static_cast<int64_t>(cached_tokens.size()) && cached_tokens[n] == tok) {
+        ++nc_agree;
+      } else {
+        agreeing = false;
+      }
+      prefix.push_back(tok);
+      const auto t0 = Clock::now();
+      auto out = engine->ForwardNoCache(prefix);
+      if (!out.ok()) pdserve::Die(out.status());
+      lg = *out;
+      const double ms = MsSince(t0);
+      nc_ms.push_back(ms);
+      const double rss = CurrentRssMb();
+      peak_sampled_rss = std::max(peak_sampled_rss, rss);
+      rows.push_back({"nocache", static_cast<int64_t>(prefix.size()) - 1, ms, rss});
+    }
+  }
+
+  // ---- CSV.
+  const std::string csv = absl::GetFlag(FLAGS_csv_out);
+  if (!csv.empty()) {
+    std::ofstream f(csv, std::ios::trunc);
+    f << "loop,position,ms,rss_mb\n";
+    char buf[128];
+    for (const Row& r : rows) {
+      std::snprintf(buf, sizeof buf, "%s,%lld,%.4f,%.1f\n", r.loop.c_str(), static_cast<long long>(r.position), r.ms,
+                    r.rss_mb);
+      f << buf;
+    }
+    if (!f) pdserve::Die("cannot write '" + csv + "'");
+  }
+
+  // ---- Summary.
+  std::printf("\nprefill of %lld tokens: %.1f ms\n", static_cast<long long>(prompt_len), prefill_ms);
+  std::printf("\ncached decode (batch 1, greedy; tok/s = N / wall of N steps, each = sampling + DecodeStep):\n");
+  std::printf("  %8s %9s %12s %12s %12s %13s %9s\n", "N", "tok/s", "mean ms/tok", "median ms", "floor ms",
+              "other floor", "x floor");
+  for (int64_t N : *counts) {
+    double loop_sum = 0, floor_sum = 0, floor_other = 0;
+    std::vector<double> steps(step_ms.begin(), step_ms.begin() + N);
+    for (int64_t i = 0; i < N; ++i) {
+      loop_sum += loop_ms[i];
+      floor_sum += floor_ms(prompt_len + i, my_elem);
+      floor_other += floor_ms(prompt_len + i, my_elem == 4 ? 2 : 4);
+    }
+    const double mean = loop_sum / N;
+    std::printf("  %8lld %9.2f %12.2f %12.2f %12.2f %13.2f %8.2fx\n", static_cast<long long>(N), 1e3 * N / loop_sum,
+                mean, Median(steps), floor_sum / N, floor_other / N, mean / (floor_sum / N));
+  }
+  std::printf(
+      "  floor ms = (ActiveParams x %lld B + KV rows read x %lld B) / %.2f GB/s (this run's weights %s);\n"
+      "  other floor = the same with %s weights. x floor = mean ms/tok / floor ms.\n",
+      static_cast<long long>(my_elem), static_cast<long long>(kv_elem), bw_gbs, wd.c_str(),
+      my_elem == 4 ? "bf16" : "fp32");
+
+  auto print_positions = [&](const char* name, const std::vector<double>& ms) {
+    if (ms.empty()) return;
+    std::printf("  %-8s", name);
+    const int64_t n = static_cast<int64_t>(ms.size());
+    for (int64_t at_i :
+         {int64_t{0}, int64_t{31}, int64_t{63}, int64_t{127}, int64_t{255}, int64_t{511}, int64_t{1023}}) {
+      if (at_i >= n) break;
+      // Median of the (up to) 9 steps around this one.
+      const int64_t lo = std::max<int64_t>(0, at_i - 4), hi = std::min<int64_t>(n, at_i + 5);
+      std::printf("  pos %lld: %.2f", static_cast<long long>(prompt_len + at_i),
+                  Median(std::vector<double>(ms.begin() + lo, ms.begin() + hi)));
+    }
+    std::printf("\n");
+  };
+  std::printf("\nms per token against position (median of 9 neighbouring steps):\n");
+  print_positions("cached", step_ms);
+  print_positions("no-cache", nc_ms);
+  if (!nc_ms.empty()) {
+    std::printf(
+        "no-cache loop: %lld tokens, %.1f s in all; its greedy tokens match the cached run's for the first %lld\n",
+        static_cast<long long>(nc_ms.size()), std::accumulate(nc_ms.begin(), nc_ms.end(), 0.0) / 1e3,
+        static_cast<long long>(nc_agree));
+  }
+  std::printf("\nmemory: RSS after load %.1f MiB; ru_maxrss through load (includes building the weights) %.1f MiB\n",
+              rss_after_load, peak_through_load);
+  if (peak_reset) {
+    std::printf(
+        "        ru_maxrss since load (peak reset via /proc/self/clear_refs): %.1f MiB; peak sampled RSS %.1f MiB\n",
+        PeakRssMb(), peak_sampled_rss);
+  } else {
+    std::printf("        ru_maxrss (lifetime; could not reset) %.1f MiB; peak sampled RSS %.1f MiB\n", PeakRssMb(),
+                peak_sampled_rss);
+  }
+  std::printf("KV cache after %lld positions: used %.2f MiB, allocated %.2f MiB\n",
+              static_cast<long long>(prompt_len + max_new), kv_used / 1048576.0, kv_alloc / 1048576.0);
+  std::printf(
+      "\nmatrix-vector probe (one row, weights cold: round-robin over all copies of the shape; mean ms and GB/s\n"
+      "of weight bytes): pdserve::Linear (the engine), at::linear and at::mv in the weight's dtype\n");
+  std::printf("  %-18s %-13s %5s %5s %9s %6s %10s %6s %9s %6s\n", "weight", "shape", "dtype", "/tok", "engine", "GB/s",
+              "at::linear", "GB/s", "at::mv", "GB/s");
+  for (const Probe& p : probes) {
+    const at::Tensor& w = p.pool[0];
+    const double mb = static_cast<double>(w.numel() * w.element_size()) / 1e6;
+    std::printf("  %-18s %-13s %5s %5.0f %9.3f %6.2f %10.3f %6.2f %9.3f %6.2f\n", p.what.c_str(),
+                absl::StrCat("[", absl::StrJoin(w.sizes(), ","), "]").c_str(),
+                w.scalar_type() == at::kBFloat16 ? "bf16" : "f32", p.per_step, p.ms_linear, mb / p.ms_linear,
+                p.ms_at_linear, mb / p.ms_at_linear, p.ms_mv, mb / p.ms_mv);
+  }
+  const double mean_step = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
+  std::printf(
+      "  one token's products: engine %.2f ms (%.0f%% of the mean cached step, %.2f ms), at::linear %.2f ms, "
+      "at::mv %.2f ms\n",
+      probe_sum_linear, 100.0 * probe_sum_linear / mean_step, mean_step, probe_sum_at_linear, probe_sum_mv);
+  if (!csv.empty()) std::printf("wrote %zu rows to %s\n", rows.size(), csv.c_str());
+  return 0;
+}

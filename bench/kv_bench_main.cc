@@ -1,0 +1,170 @@
+// pdserve-kv-bench: stored KV bytes of the MixedKVCache (windowed rings +
+// growing global layers) versus an all-global cache, analytically and
+// measured from real cache objects filled with zeros.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "clients/cli_util.h"
+#include "common/kv/mixed_kv_cache.h"
+#include "common/model/config.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, config, "configs/gpt-oss-lite-502m.json", "Model config JSON.");
+ABSL_FLAG(std::string, kv_dtype, "bf16", "KV cache storage: f32 or bf16.");
+ABSL_FLAG(std::string, tokens, "4096,8192,16384,32768,65536,131072", "Sequence lengths T, comma-separated.");
+ABSL_FLAG(int64_t, chunk, 4096, "Rows per Append call when filling a cache.");
+ABSL_FLAG(bool, measure, true, "Also fill real MixedKVCache objects (false: analytical only).");
+ABSL_FLAG(bool, measure_all_global, true,
+          "Also measure an all-global cache (a copy of the config with window = T, so every layer keeps "
+          "all T rows).");
+ABSL_FLAG(std::string, json_out, "", "Write the table as JSON to this file.");
+
+namespace {
+
+struct Measured {
+  int64_t used = 0, allocated = 0;
+  double fill_s = 0;
+};
+
+// Fills a fresh cache with T zero rows per layer, `chunk` rows per Append.
+Measured Fill(const pdserve::ModelConfig& config, const pdserve::KvCacheOptions& opts, int64_t T, int64_t chunk) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const at::ScalarType st = opts.dtype == pdserve::KvDtype::kBF16 ? at::kBFloat16 : at::kFloat;
+  const at::Tensor zeros = at::zeros({std::min(chunk, T), config.n_kv_heads, config.head_dim}, st);
+  Measured m;
+  {
+    pdserve::MixedKVCache cache(config, opts);
+    for (int64_t l = 0; l < config.n_layers; ++l) {
+      for (int64_t done = 0; done < T;) {
+        const int64_t n = std::min(chunk, T - done);
+        const at::Tensor z = n == zeros.size(0) ? zeros : zeros.narrow(0, 0, n);
+        absl::Status s = cache.Append(l, z, z);
+        if (!s.ok()) pdserve::Die(absl::StrCat("Append(layer ", l, ", T=", T, "): ", s.message()));
+        done += n;
+      }
+      const int64_t want = pdserve::ModelConfig::IsWindowed(l) ? std::min(T, config.window) : T;
+      if (cache.seq_len(l) != want) {
+        pdserve::Die(absl::StrCat("layer ", l, " holds ", cache.seq_len(l), " rows after T=", T, ", expected ", want));
+      }
+    }
+    m.used = cache.UsedBytes();
+    m.allocated = cache.AllocatedBytes();
+  }  // the cache is freed here, before the next one
+  m.fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+std::string Mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pdserve::InitCli(argc, argv,
+                   "Stored KV bytes: MixedKVCache versus an all-global cache, analytical and measured.\n"
+                   "Usage: pdserve-kv-bench [--config configs/gpt-oss-lite-502m.json] [--kv-dtype bf16]\n"
+                   "       [--tokens 4096,...,131072] [--json-out FILE]");
+  auto config = pdserve::LoadModelConfig(absl::GetFlag(FLAGS_config));
+  if (!config.ok()) pdserve::Die(config.status());
+  const std::string kd = absl::GetFlag(FLAGS_kv_dtype);
+  if (kd != "f32" && kd != "bf16") pdserve::Die("--kv-dtype must be f32 or bf16, got '" + kd + "'", 2);
+  auto tokens = pdserve::ParseIdList(absl::GetFlag(FLAGS_tokens));
+  if (!tokens.ok()) pdserve::Die("--tokens: " + std::string(tokens.status().message()), 2);
+  if (tokens->empty()) pdserve::Die("--tokens needs at least one length", 2);
+  const int64_t chunk = absl::GetFlag(FLAGS_chunk);
+  if (chunk < 1) pdserve::Die("--chunk must be >= 1", 2);
+  const bool measure = absl::GetFlag(FLAGS_measure);
+  const bool measure_all_global = measure && absl::GetFlag(FLAGS_measure_all_global);
+
+  const pdserve::ModelConfig& c = *config;
+  pdserve::KvCacheOptions opts;
+  opts.dtype = kd == "bf16" ? pdserve::KvDtype::kBF16 : pdserve::KvDtype::kF32;
+  const int64_t elem = kd == "bf16" ? 2 : 4;
+  const int64_t row = c.KvBytesPerTokenPerLayer(elem);  // K+V bytes of one token in one layer
+  const int64_t nw = c.NumWindowedLayers(), ng = c.NumGlobalLayers();
+
+  std::printf("config %s: %lld layers (%lld windowed, window %lld; %lld global), K=%lld, d=%lld, kv %s\n",
+              c.name.c_str(), static_cast<long long>(c.n_layers), static_cast<long long>(nw),
+              static_cast<long long>(c.window), static_cast<long long>(ng), static_cast<long long>(c.n_kv_heads),
+              static_cast<long long>(c.head_dim), kd.c_str());
+  std::printf("bytes per token per layer (K+V) = 2*K*d*%lld = %lld\n\n", static_cast<long long>(elem),
+              static_cast<long long>(row));
+  std::printf("%8s | %14s %14s %7s | %14s %14s %14s | %14s %14s\n", "T", "mixed B", "all-global B", "ratio",
+              "meas used B", "meas alloc B", "meas MiB", "all-gl used B", "all-gl alloc B");
+
+  nlohmann::json rows = nlohmann::json::array();
+  bool all_match = true;
+  for (int64_t T : *tokens) {
+    if (T < 1) pdserve::Die("--tokens entries must be >= 1", 2);
+    const int64_t mixed_rows = nw * std::min(T, c.window) + ng * T;
+    const int64_t global_rows = c.n_layers * T;
+    const int64_t mixed_b = mixed_rows * row, global_b = global_rows * row;
+    const double ratio = static_cast<double>(global_b) / static_cast<double>(mixed_b);
+    nlohmann::json j{{"T", T},
+                     {"mixed_rows", mixed_rows},
+                     {"all_global_rows", global_rows},
+                     {"mixed_bytes", mixed_b},
+                     {"all_global_bytes", global_b},
+                     {"ratio", ratio}};
+    Measured m, g;
+    if (measure) {
+      pdserve::KvCacheOptions o = opts;
+      o.max_tokens = std::max<int64_t>(o.max_tokens, T);
+      m = Fill(c, o, T, chunk);
+      j["measured_used_bytes"] = m.used;
+      j["measured_allocated_bytes"] = m.allocated;
+      j["measured_fill_s"] = m.fill_s;
+      if (m.used != mixed_b) all_match = false;
+      if (measure_all_global) {
+        pdserve::ModelConfig cg = c;
+        cg.window = std::max(cg.window, T);
+        cg.max_context = std::max(cg.max_context, T);
+        g = Fill(cg, o, T, chunk);
+        j["all_global_measured_used_bytes"] = g.used;
+        j["all_global_measured_allocated_bytes"] = g.allocated;
+        if (g.used != global_b) all_match = false;
+        j["measured_ratio"] = static_cast<double>(g.used) / static_cast<double>(m.used);
+      }
+    }
+    std::printf("%8lld | %14lld %14lld %6.2fx | %14s %14s %14s | %14s %14s\n", static_cast<long long>(T),
+                static_cast<long long>(mixed_b), static_cast<long long>(global_b), ratio,
+                measure ? std::to_string(m.used).c_str() : "-", measure ? std::to_string(m.allocated).c_str() : "-",
+                measure ? Mib(m.used).c_str() : "-", measure_all_global ? std::to_string(g.used).c_str() : "-",
+                measure_all_global ? std::to_string(g.allocated).c_str() : "-");
+    std::fflush(stdout);
+    rows.push_back(j);
+  }
+  std::printf("\nmixed rows = %lld*min(T,%lld) + %lld*T; all-global rows = %lld*T; bytes = rows * %lld\n",
+              static_cast<long long>(nw), static_cast<long long>(c.window), static_cast<long long>(ng),
+              static_cast<long long>(c.n_layers), static_cast<long long>(row));
+  if (measure) {
+    std::printf("measured UsedBytes() %s the analytical bytes at every T%s\n", all_match ? "equals" : "DIFFERS FROM",
+                measure_all_global ? " (both caches)" : "");
+    std::printf(
+        "AllocatedBytes() - UsedBytes() is the global layers' 1.5x growth slack (and unfilled ring\n"
+        "rows when T < window).\n");
+  }
+
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (!json_out.empty()) {
+    nlohmann::json doc{{"config", c.name},      {"kv_dtype", kd},      {"bytes_per_token_per_layer", row},
+                       {"windowed_layers", nw}, {"global_layers", ng}, {"window", c.window},
+                       {"rows", rows}};
+    std::ofstream f(json_out, std::ios::trunc);
+    f << doc.dump(2) << "\n";
+    if (!f) pdserve::Die("cannot write '" + json_out + "'");
+  }
+  return all_match ? 0 : 1;
+}
