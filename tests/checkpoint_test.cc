@@ -160,6 +160,13 @@ TEST_F(CheckpointTest, ExpectedConfigMismatchNamesTheField) {
       << loaded.status();
 }
 
+TEST_F(CheckpointTest, SavingAMisshapenTensorIsAnError) {
+  weights_.layers[0].norm1 = at::ones({3});
+  absl::Status st = SaveCheckpoint(weights_, dir_.path(), StDtype::kF32);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Message(st).find("'blocks.0.norm1.weight' has shape [3], expected [64]"), std::string::npos) << st;
+}
+
 TEST_F(CheckpointTest, MissingDirectoryAndFilesAreNotFound) {
   EXPECT_EQ(LoadCheckpoint("/nonexistent/model").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(LoadCheckpoint(dir_.path()).status().code(), absl::StatusCode::kNotFound);  // empty dir

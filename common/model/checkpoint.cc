@@ -115,6 +115,11 @@ absl::Status SaveCheckpoint(const ModelWeights& weights, const std::string& dir,
   std::vector<StTensorToWrite> out;
   for (const NamedTensor& nt : NamedTensors(&w)) {
     if (!nt.tensor->defined()) return absl::InvalidArgumentError(absl::StrCat("tensor '", nt.name, "' is unset"));
+    if (nt.tensor->sizes().vec() != nt.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", nt.name, "' has shape ",
+                                                     ShapeString(nt.tensor->sizes().vec()), ", expected ",
+                                                     ShapeString(nt.shape)));
+    }
     at::Tensor t = nt.tensor->detach().to(ToScalarType(dtype)).contiguous();
     keep.push_back(t);
     out.push_back({nt.name, dtype, nt.shape, t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size())});

@@ -10,7 +10,6 @@ namespace pdserve {
 Rope::Rope(const ModelConfig& c)
     : half_(c.head_dim / 2),
       identity_pairs_(c.rope_identity_pairs_global),
-      max_positions_(c.max_context),
       mscale_(0.1 * std::log(c.yarn.factor) + 1.0),
       inv_freq_(half_) {
   const double d = static_cast<double>(c.head_dim);

@@ -41,7 +41,6 @@ class Rope {
  private:
   int64_t half_;
   int64_t identity_pairs_;
-  int64_t max_positions_;
   double mscale_;
   std::vector<double> inv_freq_;
 
