@@ -272,8 +272,10 @@ int main(int argc, char** argv) {
   const std::string model_dir = absl::GetFlag(FLAGS_model), config_path = absl::GetFlag(FLAGS_config);
   if (model_dir.empty() == config_path.empty()) pdserve::Die("give exactly one of --model DIR or --config FILE", 2);
   const std::string wd = absl::GetFlag(FLAGS_weights_dtype), kd = absl::GetFlag(FLAGS_kv_dtype);
-  if (wd != "f32" && wd != "bf16") pdserve::Die("--weights-dtype must be f32 or bf16, got '" + wd + "'", 2);
-  if (kd != "f32" && kd != "bf16") pdserve::Die("--kv-dtype must be f32 or bf16, got '" + kd + "'", 2);
+  auto weights_dtype = pdserve::ParseWeightsDtype(wd);
+  if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
+  auto kv_dtype = pdserve::ParseKvDtype(kd);
+  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
   const int64_t prompt_len = absl::GetFlag(FLAGS_prompt_len);
   const int64_t no_cache_max = absl::GetFlag(FLAGS_no_cache_max);
   const int64_t parity_tokens = absl::GetFlag(FLAGS_parity_tokens);
@@ -291,8 +293,8 @@ int main(int argc, char** argv) {
   const int64_t max_new = counts->back();
 
   pdserve::EngineOptions eo;
-  eo.weights_dtype = wd == "bf16" ? pdserve::WeightsDtype::kBF16 : pdserve::WeightsDtype::kF32;
-  eo.kv.dtype = kd == "bf16" ? pdserve::KvDtype::kBF16 : pdserve::KvDtype::kF32;
+  eo.weights_dtype = *weights_dtype;
+  eo.kv.dtype = *kv_dtype;
   eo.num_threads = absl::GetFlag(FLAGS_threads);
 
   // ---- Read bandwidth, measured before the weights exist so that its buffer

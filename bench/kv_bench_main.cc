@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli_util.h"
+#include "common/engine/engine.h"
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/config.h"
 #include "nlohmann/json.hpp"
@@ -79,7 +80,8 @@ int main(int argc, char** argv) {
   auto config = pdserve::LoadModelConfig(absl::GetFlag(FLAGS_config));
   if (!config.ok()) pdserve::Die(config.status());
   const std::string kd = absl::GetFlag(FLAGS_kv_dtype);
-  if (kd != "f32" && kd != "bf16") pdserve::Die("--kv-dtype must be f32 or bf16, got '" + kd + "'", 2);
+  auto kv_dtype = pdserve::ParseKvDtype(kd);
+  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
   auto tokens = pdserve::ParseIdList(absl::GetFlag(FLAGS_tokens));
   if (!tokens.ok()) pdserve::Die("--tokens: " + std::string(tokens.status().message()), 2);
   if (tokens->empty()) pdserve::Die("--tokens needs at least one length", 2);
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
 
   const pdserve::ModelConfig& c = *config;
   pdserve::KvCacheOptions opts;
-  opts.dtype = kd == "bf16" ? pdserve::KvDtype::kBF16 : pdserve::KvDtype::kF32;
+  opts.dtype = *kv_dtype;
   const int64_t elem = kd == "bf16" ? 2 : 4;
   const int64_t row = c.KvBytesPerTokenPerLayer(elem);  // K+V bytes of one token in one layer
   const int64_t nw = c.NumWindowedLayers(), ng = c.NumGlobalLayers();

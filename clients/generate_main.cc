@@ -35,11 +35,12 @@ int main(int argc, char** argv) {
   if (prompt->empty()) pdserve::Die("--prompt-ids needs at least one id", 2);
 
   pdserve::EngineOptions eo;
-  const std::string wd = absl::GetFlag(FLAGS_weights_dtype), kd = absl::GetFlag(FLAGS_kv_dtype);
-  if (wd != "f32" && wd != "bf16") pdserve::Die("--weights-dtype must be f32 or bf16, got '" + wd + "'", 2);
-  if (kd != "f32" && kd != "bf16") pdserve::Die("--kv-dtype must be f32 or bf16, got '" + kd + "'", 2);
-  eo.weights_dtype = wd == "bf16" ? pdserve::WeightsDtype::kBF16 : pdserve::WeightsDtype::kF32;
-  eo.kv.dtype = kd == "bf16" ? pdserve::KvDtype::kBF16 : pdserve::KvDtype::kF32;
+  auto wd = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
+  if (!wd.ok()) pdserve::Die("--weights-dtype: " + std::string(wd.status().message()), 2);
+  auto kd = pdserve::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kd.ok()) pdserve::Die("--kv-dtype: " + std::string(kd.status().message()), 2);
+  eo.weights_dtype = *wd;
+  eo.kv.dtype = *kd;
   eo.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   eo.num_threads = absl::GetFlag(FLAGS_threads);
   if (eo.prefill_chunk < 1) pdserve::Die("--prefill-chunk must be >= 1", 2);

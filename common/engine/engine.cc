@@ -18,6 +18,18 @@ at::Tensor IdsTensor(const std::vector<int64_t>& ids, size_t begin, size_t end) 
 
 }  // namespace
 
+absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name) {
+  if (name == "f32") return WeightsDtype::kF32;
+  if (name == "bf16") return WeightsDtype::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("weights dtype must be f32 or bf16, got '", name, "'"));
+}
+
+absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name) {
+  if (name == "f32") return KvDtype::kF32;
+  if (name == "bf16") return KvDtype::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("KV dtype must be f32 or bf16, got '", name, "'"));
+}
+
 int ConfigureThreads(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(num_threads);

@@ -86,6 +86,11 @@ class Engine {
   EngineOptions options_;
 };
 
+// "f32" or "bf16" (the spelling of the --weights-dtype / --kv-dtype flags).
+// InvalidArgument naming the value otherwise.
+absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name);
+absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name);
+
 // Sets LibTorch's intra-op threads (0 = hardware concurrency). Returns the
 // number in effect.
 int ConfigureThreads(int num_threads);
