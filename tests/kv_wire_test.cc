@@ -1,0 +1,149 @@
+#include "common/handoff/kv_wire.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "common/handoff/crc32c.h"
+#include "tests/test_util.h"
+
+namespace pdserve {
+namespace {
+
+using internal::v1::KvChunk;
+
+TEST(Crc32cTest, KnownValue) {
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32c("6789", 4, Crc32c("12345", 5)), 0xE3069283u);
+}
+
+class KvWireTest : public ::testing::TestWithParam<internal::v1::KvDtype> {
+ protected:
+  void SetUp() override {
+    config_ = testing::TinyConfig();  // window 8
+    at::manual_seed(1);
+    const auto dt = GetParam() == internal::v1::KV_DTYPE_BF16 ? at::kBFloat16 : at::kFloat;
+    state_.prompt_len = 13;
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      const int64_t rows = HandoffRows(config_, l, 13);
+      state_.k.push_back(at::randn({rows, 2, 16}).to(dt));
+      state_.v.push_back(at::randn({rows, 2, 16}).to(dt));
+    }
+    internal::v1::KvHeader h;
+    h.set_request_id("r1");
+    h.set_model_fingerprint("fp-A");
+    h.set_dtype(GetParam());
+    h.set_prompt_len(13);
+    h.set_first_token(42);
+    KvChunkEncoder enc(config_, h, /*max_chunk_bytes=*/100);  // many small chunks
+    chunks_.push_back(enc.Header());
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
+      auto c = enc.Layer(l, state_.k[l], state_.v[l]);
+      ASSERT_TRUE(c.ok()) << c.status();
+      chunks_.insert(chunks_.end(), c->begin(), c->end());
+    }
+    limits_.model_fingerprint = "fp-A";
+    limits_.max_chunk_bytes = 100;
+  }
+
+  // Feeds chunks; returns the first error, or Finish()'s status.
+  absl::Status Feed(const std::vector<KvChunk>& chunks, KvHandoffState* out = nullptr) {
+    KvChunkDecoder dec(config_, limits_);
+    for (const KvChunk& c : chunks) {
+      absl::Status st = dec.Accept(c);
+      if (!st.ok()) return st;
+    }
+    auto s = dec.Finish();
+    if (s.ok() && out != nullptr) *out = *s;
+    return s.status();
+  }
+
+  void ExpectRejected(const std::vector<KvChunk>& chunks, const std::string& why) {
+    absl::Status st = Feed(chunks);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_NE(std::string(st.message()).find(why), std::string::npos) << st;
+  }
+
+  ModelConfig config_;
+  KvHandoffState state_;
+  std::vector<KvChunk> chunks_;
+  KvReceiveLimits limits_;
+};
+
+TEST_P(KvWireTest, RoundTripsLayerByLayerInBoundedChunks) {
+  EXPECT_GT(chunks_.size(), 20u);
+  EXPECT_EQ(chunks_[0].header().n_chunks(), chunks_.size() - 1);
+  for (size_t i = 1; i < chunks_.size(); ++i) EXPECT_LE(chunks_[i].data().payload().size(), 100u);
+  KvHandoffState got;
+  ASSERT_TRUE(Feed(chunks_, &got).ok());
+  EXPECT_EQ(got.prompt_len, 13);
+  ASSERT_EQ(got.k.size(), 4u);
+  EXPECT_EQ(got.k[0].size(0), 8);   // windowed: last min(T, W) rows
+  EXPECT_EQ(got.k[1].size(0), 13);  // global: all rows
+  for (int64_t l = 0; l < 4; ++l) {
+    EXPECT_TRUE(at::equal(got.k[l], state_.k[l]));
+    EXPECT_TRUE(at::equal(got.v[l], state_.v[l]));
+  }
+  EXPECT_EQ(got.Bytes(), static_cast<int64_t>(chunks_[0].header().total_bytes()));
+}
+
+TEST_P(KvWireTest, WrongFingerprintIsRejected) {
+  limits_.model_fingerprint = "fp-B";
+  ExpectRejected(chunks_, "fingerprint");
+}
+
+TEST_P(KvWireTest, CorruptedChunkFailsItsChecksum) {
+  auto bad = chunks_;
+  (*bad[5].mutable_data()->mutable_payload())[3] ^= 0x40;
+  ExpectRejected(bad, "chunk 5 fails its checksum");
+}
+
+TEST_P(KvWireTest, TruncatedStreamIsRejected) {
+  auto bad = chunks_;
+  bad.pop_back();
+  ExpectRejected(bad, "truncated");
+}
+
+TEST_P(KvWireTest, ReorderedChunksAreRejected) {
+  auto bad = chunks_;
+  std::swap(bad[3], bad[4]);
+  ExpectRejected(bad, "chunk 4 out of order, expected 3");
+}
+
+TEST_P(KvWireTest, DuplicatedChunkIsRejected) {
+  auto bad = chunks_;
+  bad.insert(bad.begin() + 4, bad[3]);
+  ExpectRejected(bad, "duplicate chunk 3");
+}
+
+TEST_P(KvWireTest, HeaderSizesAreCheckedBeforeAllocating) {
+  auto bad = chunks_;
+  bad[0].mutable_header()->set_prompt_len(1'000'000'000);
+  ExpectRejected(bad, "checksum");  // tampering breaks the header checksum first
+  limits_.max_prompt_len = 10;
+  ExpectRejected(chunks_, "prompt_len 13 outside [1, 10]");
+  limits_.max_prompt_len = 131072;
+  limits_.max_total_bytes = 1000;
+  ExpectRejected(chunks_, "exceed this worker's limit");
+  limits_.max_total_bytes = int64_t{1} << 30;
+  ModelConfig other = config_;
+  other.window = 16;
+  KvChunkDecoder dec(other, limits_);
+  absl::Status st = dec.Accept(chunks_[0]);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("model shape"), std::string::npos) << st;
+}
+
+TEST_P(KvWireTest, EncoderRejectsWrongShapesAndOrder) {
+  internal::v1::KvHeader h;
+  h.set_dtype(GetParam());
+  h.set_prompt_len(13);
+  KvChunkEncoder enc(config_, h);
+  EXPECT_EQ(enc.Layer(1, state_.k[1], state_.v[1]).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(enc.Layer(0, state_.k[1], state_.v[1]).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KvWireTest,
+                         ::testing::Values(internal::v1::KV_DTYPE_F32, internal::v1::KV_DTYPE_BF16));
+
+}  // namespace
+}  // namespace pdserve
