@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/model/fingerprint.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -165,6 +166,26 @@ TEST_F(CheckpointTest, SavingAMisshapenTensorIsAnError) {
   absl::Status st = SaveCheckpoint(weights_, dir_.path(), StDtype::kF32);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(Message(st).find("'blocks.0.norm1.weight' has shape [3], expected [64]"), std::string::npos) << st;
+}
+
+TEST_F(CheckpointTest, FingerprintFollowsWeightsNotNames) {
+  const std::string fp = ModelFingerprint(weights_);
+  EXPECT_EQ(fp.size(), 16u);
+  auto loaded = LoadCheckpoint(Save());
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(ModelFingerprint(*loaded), fp);  // survives a save/load round trip
+  ModelWeights renamed = *loaded;
+  renamed.config.name = "other-name";
+  EXPECT_EQ(ModelFingerprint(renamed), fp);
+  EXPECT_NE(ModelFingerprint(RandomWeights(weights_.config, 6)), fp);  // other weights
+  ModelWeights one_off = RandomWeights(weights_.config, 5);
+  one_off.layers[3].down_proj[7][1][2] += 1e-3f;  // a single element
+  EXPECT_NE(ModelFingerprint(one_off), fp);
+  ModelConfig wider = weights_.config;
+  wider.sink_clamp_hi = 20;  // same tensors, other math
+  ModelWeights other_cfg = weights_;
+  other_cfg.config = wider;
+  EXPECT_NE(ModelFingerprint(other_cfg), fp);
 }
 
 TEST_F(CheckpointTest, MissingDirectoryAndFilesAreNotFound) {
