@@ -73,7 +73,50 @@ at::Tensor TopKExperts(const at::Tensor& router_logits, int64_t top_k) {
 
 }  // namespace
 
-Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w_.config) {}
+Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w_.config) {
+  const bool training = std::any_of(w_.layers.begin(), w_.layers.end(),
+                                    [](const LayerWeights& L) { return L.q_proj.requires_grad(); });
+  if (training) return;
+  at::NoGradGuard no_grad;
+  const int64_t F = w_.config.expert_hidden;
+  for (LayerWeights& L : w_.layers) {
+    Fused f;
+    f.qkv = at::cat({L.q_proj, L.kv_proj}, 0);
+    L.q_proj = f.qkv.narrow(0, 0, L.q_proj.size(0));
+    L.kv_proj = f.qkv.narrow(0, L.q_proj.size(0), L.kv_proj.size(0));
+    f.gate_up = at::cat({L.gate_proj, L.up_proj}, 1);
+    L.gate_proj = f.gate_up.narrow(1, 0, F);
+    L.up_proj = f.gate_up.narrow(1, F, F);
+    for (size_t j = 0; j < L.shared_gate.size(); ++j) {
+      f.shared.push_back(at::cat({L.shared_gate[j], L.shared_up[j]}, 0));
+      L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
+      L.shared_up[j] = f.shared[j].narrow(0, F, F);
+    }
+    fused_.push_back(std::move(f));
+  }
+}
+
+namespace {
+
+at::Tensor GateUpMlp(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down) {
+  const at::Tensor gu = Linear(x, gate_up);
+  const int64_t F = gu.size(1) / 2;
+  return Linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), down);
+}
+
+}  // namespace
+
+at::Tensor Transformer::ExpertMlp(int64_t layer, int64_t e, const at::Tensor& x) const {
+  const LayerWeights& L = w_.layers[layer];
+  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].gate_up.select(0, e), L.down_proj.select(0, e));
+  return Mlp(x, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+}
+
+at::Tensor Transformer::SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const {
+  const LayerWeights& L = w_.layers[layer];
+  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].shared[j], L.shared_down[j]);
+  return Mlp(x, L.shared_gate[j], L.shared_up[j], L.shared_down[j]);
+}
 
 std::vector<at::Tensor> Transformer::ClampedSinks() const {
   std::vector<at::Tensor> out;
@@ -84,7 +127,8 @@ std::vector<at::Tensor> Transformer::ClampedSinks() const {
   return out;
 }
 
-at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
+at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
+  const LayerWeights& L = w_.layers[layer];
   const int64_t N = h.size(0);
   at::Tensor logits = Linear(h, L.router);  // [N, E]
   at::Tensor idx = TopKExperts(logits, config().top_k);
@@ -92,7 +136,7 @@ at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
 
   at::Tensor out;
   for (size_t j = 0; j < L.shared_gate.size(); ++j) {
-    at::Tensor s = Mlp(h, L.shared_gate[j], L.shared_up[j], L.shared_down[j]);
+    at::Tensor s = SharedMlp(layer, static_cast<int64_t>(j), h);
     out = out.defined() ? out + s : s;
   }
   if (!out.defined()) out = at::zeros_like(h);
@@ -102,7 +146,7 @@ at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
     // One token (batch-1 decode): no gather/scatter needed.
     for (int64_t s = 0; s < config().top_k; ++s) {
       const int64_t e = ip[s];
-      out = out + gates.select(1, s) * Mlp(h, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+      out = out + gates.select(1, s) * ExpertMlp(layer, e, h);
     }
     return out;
   }
@@ -119,7 +163,7 @@ at::Tensor Transformer::Moe(const LayerWeights& L, const at::Tensor& h) const {
     if (rows[e].empty()) continue;
     at::Tensor r = at::tensor(rows[e], at::kLong);
     at::Tensor x = N == 1 ? h : h.index_select(0, r);
-    at::Tensor y = Mlp(x, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+    at::Tensor y = ExpertMlp(layer, e, x);
     at::Tensor g = flat_gates.index_select(0, at::tensor(slots[e], at::kLong)).unsqueeze(1);
     out = out.index_add(0, r, y * g);
   }
@@ -206,8 +250,16 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     const bool windowed = ModelConfig::IsWindowed(l);
     const int g = windowed ? 0 : 1;
     at::Tensor h = RmsNorm(x, L.norm1, c.norm_eps);
-    at::Tensor q = Rope::Apply(Linear(h, L.q_proj).view({N, H, d}), cos[g], sin[g]);
-    at::Tensor kv = Linear(h, L.kv_proj);
+    at::Tensor q, kv;
+    if (!fused_.empty()) {
+      const at::Tensor qkv = Linear(h, fused_[l].qkv);
+      q = qkv.narrow(1, 0, H * d).reshape({N, H, d});
+      kv = qkv.narrow(1, H * d, 2 * K * d);
+    } else {
+      q = Linear(h, L.q_proj).view({N, H, d});
+      kv = Linear(h, L.kv_proj);
+    }
+    q = Rope::Apply(q, cos[g], sin[g]);
     at::Tensor k = Rope::Apply(kv.narrow(1, 0, K * d).view({N, K, d}), cos[g], sin[g]);
     at::Tensor v = kv.narrow(1, K * d, K * d).reshape({N, K, d});
 
@@ -242,7 +294,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     }
     at::Tensor attn = outs.size() == 1 ? outs[0] : at::cat(outs);
     x = x + Linear(attn, L.o_proj);
-    x = x + Moe(L, RmsNorm(x, L.norm2, c.norm_eps));
+    x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
   }
 
   if (!options.all_logits) {

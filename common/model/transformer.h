@@ -54,10 +54,24 @@ class Transformer {
  private:
   absl::StatusOr<at::Tensor> ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                          const ForwardOptions& options) const;
-  at::Tensor Moe(const LayerWeights& L, const at::Tensor& h) const;
+  at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
+  // An expert or shared MLP: fused gate|up when available.
+  at::Tensor ExpertMlp(int64_t layer, int64_t expert, const at::Tensor& x) const;
+  at::Tensor SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const;
+
+  // Inference layout: q|kv and gate|up stored side by side so that each is
+  // one matmul (one pass over x, one parallel region). The LayerWeights
+  // tensors become views into these, so memory does not grow. Empty when
+  // the weights require grad (training keeps the checkpoint's tensors).
+  struct Fused {
+    at::Tensor qkv;                   // [H*d + 2*K*d, D]
+    at::Tensor gate_up;               // [E, 2F, D]
+    std::vector<at::Tensor> shared;   // n_shared x [2F, D]
+  };
 
   ModelWeights w_;
   Rope rope_;
+  std::vector<Fused> fused_;
 };
 
 // x / sqrt(mean(x^2) + eps) * w, in fp32.
