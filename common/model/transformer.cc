@@ -29,14 +29,14 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     at::Tensor y = at::empty({M, N}, at::kFloat);
     const float* xp = xc.data_ptr<float>();
     float* yp = y.data_ptr<float>();
+    const void* wp = w.data_ptr();
     at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
       for (int64_t m = 0; m < M; m += kGemvMaxRows) {
         const int64_t rows = std::min(kGemvMaxRows, M - m);
         if (bf16) {
-          GemvBf16(xp + m * K, rows, K, reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), n0, n1,
-                   yp + m * N, N);
+          GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), n0, n1, yp + m * N, N);
         } else {
-          GemvF32(xp + m * K, rows, K, w.data_ptr<float>(), n0, n1, yp + m * N, N);
+          GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), n0, n1, yp + m * N, N);
         }
       }
     });
@@ -162,8 +162,7 @@ at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
   for (int64_t e = 0; e < config().n_experts; ++e) {
     if (rows[e].empty()) continue;
     at::Tensor r = at::tensor(rows[e], at::kLong);
-    at::Tensor x = N == 1 ? h : h.index_select(0, r);
-    at::Tensor y = ExpertMlp(layer, e, x);
+    at::Tensor y = ExpertMlp(layer, e, h.index_select(0, r));
     at::Tensor g = flat_gates.index_select(0, at::tensor(slots[e], at::kLong)).unsqueeze(1);
     out = out.index_add(0, r, y * g);
   }

@@ -37,7 +37,6 @@ class Transformer {
 
   const ModelConfig& config() const { return w_.config; }
   const ModelWeights& weights() const { return w_; }
-  ModelWeights& mutable_weights() { return w_; }
   const Rope& rope() const { return rope_; }
 
   // ids: [N] int64, the concatenation of `segments` (lengths sum to N).
