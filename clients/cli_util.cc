@@ -29,7 +29,7 @@ void InitCli(int argc, char** argv, const char* usage) {
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig usage_config;
   // --help lists the flags defined in the tool's own *_main.cc.
-  usage_config.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "_main.cc"); };
+  usage_config.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "_main.cc") || absl::EndsWith(file, "_flags.cc"); };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   // The documented spelling is --max-new-tokens; abseil names are

@@ -11,6 +11,7 @@ PKGS=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libspdlog-dev
   python3 python3-numpy python3-matplotlib
+  python3-grpcio python3-protobuf   # tests/e2e/python_client.py (with protobuf-compiler-grpc)
 )
 
 missing=()

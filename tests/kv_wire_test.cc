@@ -33,7 +33,6 @@ class KvWireTest : public ::testing::TestWithParam<internal::v1::KvDtype> {
     h.set_model_fingerprint("fp-A");
     h.set_dtype(GetParam());
     h.set_prompt_len(13);
-    h.set_first_token(42);
     KvChunkEncoder enc(config_, h, /*max_chunk_bytes=*/100);  // many small chunks
     chunks_.push_back(enc.Header());
     for (int64_t l = 0; l < config_.n_layers; ++l) {
@@ -41,6 +40,9 @@ class KvWireTest : public ::testing::TestWithParam<internal::v1::KvDtype> {
       ASSERT_TRUE(c.ok()) << c.status();
       chunks_.insert(chunks_.end(), c->begin(), c->end());
     }
+    auto commit = enc.Commit(42);
+    ASSERT_TRUE(commit.ok()) << commit.status();
+    chunks_.push_back(*commit);
     limits_.model_fingerprint = "fp-A";
     limits_.max_chunk_bytes = 100;
   }
@@ -71,8 +73,9 @@ class KvWireTest : public ::testing::TestWithParam<internal::v1::KvDtype> {
 
 TEST_P(KvWireTest, RoundTripsLayerByLayerInBoundedChunks) {
   EXPECT_GT(chunks_.size(), 20u);
-  EXPECT_EQ(chunks_[0].header().n_chunks(), chunks_.size() - 1);
-  for (size_t i = 1; i < chunks_.size(); ++i) EXPECT_LE(chunks_[i].data().payload().size(), 100u);
+  EXPECT_EQ(chunks_[0].header().n_chunks(), chunks_.size() - 2);
+  for (size_t i = 1; i + 1 < chunks_.size(); ++i) EXPECT_LE(chunks_[i].data().payload().size(), 100u);
+  EXPECT_EQ(chunks_.back().commit().first_token(), 42u);
   KvHandoffState got;
   ASSERT_TRUE(Feed(chunks_, &got).ok());
   EXPECT_EQ(got.prompt_len, 13);
@@ -100,7 +103,23 @@ TEST_P(KvWireTest, CorruptedChunkFailsItsChecksum) {
 TEST_P(KvWireTest, TruncatedStreamIsRejected) {
   auto bad = chunks_;
   bad.pop_back();
+  ExpectRejected(bad, "no commit");
+  bad.pop_back();
   ExpectRejected(bad, "truncated");
+  // A commit where data should be.
+  auto early = chunks_;
+  early.erase(early.end() - 2);
+  ExpectRejected(early, "out of order");
+}
+
+TEST_P(KvWireTest, CommitIsChecked) {
+  auto bad = chunks_;
+  bad.back().mutable_commit()->set_first_token(7);
+  ExpectRejected(bad, "commit fails its checksum");
+  bad = chunks_;
+  bad.push_back(chunks_.back());
+  bad.back().set_seq(bad.back().seq() + 1);
+  ExpectRejected(bad, "after the commit");
 }
 
 TEST_P(KvWireTest, ReorderedChunksAreRejected) {
@@ -140,6 +159,7 @@ TEST_P(KvWireTest, EncoderRejectsWrongShapesAndOrder) {
   KvChunkEncoder enc(config_, h);
   EXPECT_EQ(enc.Layer(1, state_.k[1], state_.v[1]).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(enc.Layer(0, state_.k[1], state_.v[1]).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(enc.Commit(1).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, KvWireTest,

@@ -31,7 +31,8 @@ inline ModelConfig TinyConfig() {
   return c;
 }
 
-// A fresh directory under TMPDIR, removed by the destructor.
+// A fresh directory under TMPDIR, removed by the destructor unless
+// PDSERVE_KEEP_TEST_DIRS is set (to look at models and server logs).
 class TempDir {
  public:
   TempDir() {
@@ -39,6 +40,7 @@ class TempDir {
     path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() {
+    if (std::getenv("PDSERVE_KEEP_TEST_DIRS") != nullptr) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

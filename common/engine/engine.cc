@@ -59,7 +59,8 @@ std::unique_ptr<Sequence> Engine::NewSequence() const {
   return seq;
 }
 
-absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk) const {
+absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk,
+                                           const PrefillHooks* hooks) const {
   if (ids.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
   if (chunk <= 0) chunk = options_.prefill_chunk > 0 ? options_.prefill_chunk : static_cast<int64_t>(ids.size());
   at::NoGradGuard no_grad;
@@ -68,6 +69,15 @@ absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int6
   fo.sinks = &seq->sinks;
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const size_t end = std::min(ids.size(), begin + static_cast<size_t>(chunk));
+    if (hooks != nullptr) {
+      if (hooks->check_cancelled) RETURN_IF_ERROR(hooks->check_cancelled());
+      const bool last = end == ids.size();
+      fo.after_layer = [hooks, last](int64_t layer) -> absl::Status {
+        if (hooks->check_cancelled) RETURN_IF_ERROR(hooks->check_cancelled());
+        if (last && hooks->on_layer_final) return hooks->on_layer_final(layer);
+        return absl::OkStatus();
+      };
+    }
     Segment s{&seq->cache, seq->pos, static_cast<int64_t>(end - begin)};
     ASSIGN_OR_RETURN(logits, model_.Forward(IdsTensor(ids, begin, end), {s}, fo));
     seq->pos += s.length;

@@ -36,6 +36,16 @@ struct Sequence {
   std::vector<at::Tensor> sinks;
 };
 
+// Hooks into a prefill (the prefill worker's cancellation and its
+// layer-by-layer hand-off).
+struct PrefillHooks {
+  // Polled before every chunk and after every layer; non-OK stops prefill.
+  std::function<absl::Status()> check_cancelled;
+  // Called during the last chunk, once per layer, as soon as the layer's
+  // K/V are final; non-OK stops prefill and is returned.
+  std::function<absl::Status(int64_t layer)> on_layer_final;
+};
+
 struct GenerateRequest {
   std::vector<int64_t> prompt;
   int64_t max_new_tokens = 16;
@@ -61,8 +71,10 @@ class Engine {
   // Runs `ids` through the model in chunks of options().prefill_chunk at the
   // sequence's next positions and appends their K/V. Returns the last
   // position's logits [V]. InvalidArgument for bad ids or too long a prompt,
-  // ResourceExhausted when the cache cap is hit.
-  absl::StatusOr<at::Tensor> Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk = 0) const;
+  // ResourceExhausted when the cache cap is hit, and a hook's status when a
+  // hook stops it.
+  absl::StatusOr<at::Tensor> Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk = 0,
+                                     const PrefillHooks* hooks = nullptr) const;
 
   // One batched decode step: token[i] goes to seqs[i] at its next position.
   // Returns logits [B, V].

@@ -29,7 +29,7 @@ at::ScalarType ScalarOf(internal::v1::KvDtype d) {
   return d == internal::v1::KV_DTYPE_BF16 ? at::kBFloat16 : at::kFloat;
 }
 
-std::string Deterministic(const KvHeader& h) {
+std::string Deterministic(const google::protobuf::MessageLite& h) {
   std::string out;
   google::protobuf::io::StringOutputStream raw(&out);
   google::protobuf::io::CodedOutputStream coded(&raw);
@@ -46,6 +46,10 @@ int64_t LayerBytes(const ModelConfig& c, int64_t layer, int64_t prompt_len, int6
 absl::Status Reject(const std::string& why) { return absl::FailedPreconditionError("KV hand-off rejected: " + why); }
 
 }  // namespace
+
+SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p) {
+  return SamplingParams{p.temperature(), p.top_p(), static_cast<int64_t>(p.top_k()), p.seed()};
+}
 
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len) {
   return ModelConfig::IsWindowed(layer) ? std::min(prompt_len, config.window) : prompt_len;
@@ -112,6 +116,19 @@ absl::StatusOr<std::vector<KvChunk>> KvChunkEncoder::Layer(int64_t layer, const 
   return out;
 }
 
+absl::StatusOr<KvChunk> KvChunkEncoder::Commit(uint32_t first_token) {
+  if (next_layer_ != config_.n_layers) {
+    return absl::FailedPreconditionError(absl::StrCat("hand-off commit after ", next_layer_, " of ",
+                                                      config_.n_layers, " layers"));
+  }
+  KvChunk c;
+  c.set_seq(next_seq_++);
+  c.mutable_commit()->set_first_token(first_token);
+  const std::string bytes = Deterministic(c.commit());
+  c.set_crc32c(Crc32c(bytes.data(), bytes.size()));
+  return c;
+}
+
 KvChunkDecoder::KvChunkDecoder(const ModelConfig& config, KvReceiveLimits limits)
     : config_(config), limits_(std::move(limits)) {}
 
@@ -120,7 +137,14 @@ absl::Status KvChunkDecoder::Accept(const KvChunk& chunk) {
     if (chunk.seq() < next_seq_) return Reject(absl::StrCat("duplicate chunk ", chunk.seq()));
     return Reject(absl::StrCat("chunk ", chunk.seq(), " out of order, expected ", next_seq_));
   }
-  RETURN_IF_ERROR(has_header_ ? AcceptData(chunk) : AcceptHeader(chunk));
+  if (committed_) return Reject(absl::StrCat("chunk ", chunk.seq(), " after the commit"));
+  if (!has_header_) {
+    RETURN_IF_ERROR(AcceptHeader(chunk));
+  } else if (chunk.seq() == header_.n_chunks() + 1) {
+    RETURN_IF_ERROR(AcceptCommit(chunk));
+  } else {
+    RETURN_IF_ERROR(AcceptData(chunk));
+  }
   ++next_seq_;
   return absl::OkStatus();
 }
@@ -146,9 +170,6 @@ absl::Status KvChunkDecoder::AcceptHeader(const KvChunk& chunk) {
   const int64_t T = static_cast<int64_t>(h.prompt_len());
   if (T < 1 || T > limits_.max_prompt_len) {
     return Reject(absl::StrCat("prompt_len ", T, " outside [1, ", limits_.max_prompt_len, "]"));
-  }
-  if (h.first_token() >= config_.vocab_size) {
-    return Reject(absl::StrCat("first_token ", h.first_token(), " >= vocab_size ", config_.vocab_size));
   }
   int64_t total = 0, min_chunks = 0;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
@@ -211,11 +232,30 @@ absl::Status KvChunkDecoder::AcceptData(const KvChunk& chunk) {
   return absl::OkStatus();
 }
 
+absl::Status KvChunkDecoder::AcceptCommit(const KvChunk& chunk) {
+  if (chunk.body_case() != KvChunk::kCommit) {
+    return Reject(absl::StrCat("chunk ", chunk.seq(), " should be the commit"));
+  }
+  const std::string bytes = Deterministic(chunk.commit());
+  if (Crc32c(bytes.data(), bytes.size()) != chunk.crc32c()) return Reject("commit fails its checksum");
+  if (layer_ != config_.n_layers) {
+    return Reject(absl::StrCat("commit after ", received_bytes_, " of ", header_.total_bytes(), " bytes"));
+  }
+  if (chunk.commit().first_token() >= config_.vocab_size) {
+    return Reject(absl::StrCat("first_token ", chunk.commit().first_token(), " >= vocab_size ",
+                               config_.vocab_size));
+  }
+  first_token_ = chunk.commit().first_token();
+  committed_ = true;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KvHandoffState> KvChunkDecoder::Finish() {
   if (!has_header_) return Reject("no header received");
-  if (layer_ != config_.n_layers || next_seq_ != header_.n_chunks() + 1) {
-    return Reject(absl::StrCat("truncated: ", next_seq_ - 1, " of ", header_.n_chunks(), " chunks, ",
-                               received_bytes_, " of ", header_.total_bytes(), " bytes"));
+  if (layer_ != config_.n_layers || next_seq_ != header_.n_chunks() + 2 || !committed_) {
+    return Reject(absl::StrCat("truncated: ", next_seq_ == 0 ? 0 : next_seq_ - 1, " of ", header_.n_chunks(),
+                               " data chunks, ", received_bytes_, " of ", header_.total_bytes(), " bytes",
+                               committed_ ? "" : ", no commit"));
   }
   KvHandoffState s;
   s.prompt_len = static_cast<int64_t>(header_.prompt_len());

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "common/engine/sampler.h"
 #include "common/kv/handoff_state.h"
 #include "common/model/config.h"
 #include "pdserve/internal/v1/worker.pb.h"
@@ -22,12 +23,15 @@ namespace pdserve {
 
 inline constexpr int64_t kMaxKvChunkBytes = 4 << 20;
 
+// The engine's sampling parameters from the wire's.
+SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p);
+
 // Rows a layer carries for a prompt of `prompt_len` tokens.
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len);
 
 // Sender side. Fills in the header's sizes (n_chunks, total_bytes, model
 // dims) from `config`, so callers set only request id, fingerprint, dtype,
-// prompt_len, first_token and sampling.
+// prompt_len and sampling. The stream is Header(), Layer(0..L-1), Commit().
 class KvChunkEncoder {
  public:
   KvChunkEncoder(const ModelConfig& config, internal::v1::KvHeader header,
@@ -39,6 +43,9 @@ class KvChunkEncoder {
   // header's dtype). InvalidArgument when the shape or dtype is wrong or
   // layers come out of order.
   absl::StatusOr<std::vector<internal::v1::KvChunk>> Layer(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  // The closing chunk with the first token. FailedPrecondition before the
+  // last layer.
+  absl::StatusOr<internal::v1::KvChunk> Commit(uint32_t first_token);
 
   const internal::v1::KvHeader& header() const { return header_; }
 
@@ -69,21 +76,28 @@ class KvChunkDecoder {
   // checksum. Nothing is allocated before the header passes.
   absl::Status Accept(const internal::v1::KvChunk& chunk);
 
-  // The assembled state. FailedPrecondition when chunks are missing.
+  // The assembled state. FailedPrecondition when chunks or the commit are
+  // missing.
   absl::StatusOr<KvHandoffState> Finish();
 
   bool has_header() const { return has_header_; }
+  bool committed() const { return committed_; }
+  // From the commit chunk.
+  uint32_t first_token() const { return first_token_; }
   const internal::v1::KvHeader& header() const { return header_; }
   int64_t received_bytes() const { return received_bytes_; }
 
  private:
   absl::Status AcceptHeader(const internal::v1::KvChunk& chunk);
   absl::Status AcceptData(const internal::v1::KvChunk& chunk);
+  absl::Status AcceptCommit(const internal::v1::KvChunk& chunk);
 
   const ModelConfig config_;
   KvReceiveLimits limits_;
   internal::v1::KvHeader header_;
   bool has_header_ = false;
+  bool committed_ = false;
+  uint32_t first_token_ = 0;
   uint32_t next_seq_ = 0;
   int64_t elem_bytes_ = 0;
   // Expected position: layer, tensor (0 = K, 1 = V), byte offset.

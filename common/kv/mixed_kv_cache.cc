@@ -99,6 +99,36 @@ absl::Status MixedKVCache::AppendGlobal(int64_t layer, Layer& L, const at::Tenso
   return absl::OkStatus();
 }
 
+absl::Status MixedKVCache::Reserve(int64_t tokens) {
+  if (tokens > options_.max_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache reservation of ", tokens,
+                                                     " tokens is above the cap of ", options_.max_tokens));
+  }
+  at::NoGradGuard no_grad;
+  for (Layer& L : layers_) {
+    const int64_t rows = L.windowed ? window_ : tokens;
+    const int64_t cap = L.k.defined() ? L.k.size(0) : 0;
+    if (rows <= cap) continue;
+    at::Tensor nk = at::empty({rows, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
+    at::Tensor nv = at::empty_like(nk);
+    if (L.count > 0) {
+      // Rings keep their layout (head stays valid); global rows are a prefix.
+      nk.narrow(0, 0, cap).copy_(L.k);
+      nv.narrow(0, 0, cap).copy_(L.v);
+    }
+    L.k = nk;
+    L.v = nv;
+  }
+  return absl::OkStatus();
+}
+
+int64_t MixedKVCache::BytesFor(const ModelConfig& config, KvDtype dtype, int64_t tokens) {
+  const int64_t row = 2 * config.n_kv_heads * config.head_dim * (dtype == KvDtype::kBF16 ? 2 : 4);
+  int64_t rows = 0;
+  for (int64_t l = 0; l < config.n_layers; ++l) rows += ModelConfig::IsWindowed(l) ? config.window : tokens;
+  return rows * row;
+}
+
 std::pair<at::Tensor, at::Tensor> MixedKVCache::GetUnordered(int64_t layer) const {
   const Layer& L = layers_.at(layer);
   if (!L.k.defined()) {
@@ -165,7 +195,7 @@ absl::StatusOr<KvHandoffState> MixedKVCache::Export(int64_t prompt_len) const {
 }
 
 absl::StatusOr<MixedKVCache> MixedKVCache::Import(const ModelConfig& config, const KvHandoffState& state,
-                                                  KvCacheOptions options) {
+                                                  KvCacheOptions options, int64_t reserve_tokens) {
   MixedKVCache cache(config, options);
   if (static_cast<int64_t>(state.k.size()) != config.n_layers ||
       static_cast<int64_t>(state.v.size()) != config.n_layers) {
@@ -179,6 +209,7 @@ absl::StatusOr<MixedKVCache> MixedKVCache::Import(const ModelConfig& config, con
     return absl::ResourceExhaustedError(absl::StrCat("hand-off of ", state.prompt_len,
                                                      " tokens exceeds the KV cap of ", options.max_tokens));
   }
+  if (reserve_tokens > 0) RETURN_IF_ERROR(cache.Reserve(std::max(reserve_tokens, state.prompt_len)));
   for (int64_t l = 0; l < config.n_layers; ++l) {
     const int64_t want = ModelConfig::IsWindowed(l) ? std::min(state.prompt_len, config.window) : state.prompt_len;
     RETURN_IF_ERROR(cache.CheckRows(l, state.k[l], state.v[l]));

@@ -50,6 +50,16 @@ class MixedKVCache {
   // Ring write position (windowed layers only; 0 for global).
   int64_t head(int64_t layer) const { return layers_[layer].head; }
 
+  // Allocates every layer for `tokens` positions up front (rings: window
+  // rows; global layers: `tokens` rows), so appends up to that length never
+  // reallocate and AllocatedBytes() == BytesFor(tokens). ResourceExhausted
+  // past max_tokens.
+  absl::Status Reserve(int64_t tokens);
+
+  // AllocatedBytes() of a cache reserved for `tokens` positions: what a
+  // decode worker's admission charges a sequence.
+  static int64_t BytesFor(const ModelConfig& config, KvDtype dtype, int64_t tokens);
+
   // Drops every row (keeps nothing allocated).
   void Reset();
 
@@ -66,8 +76,9 @@ class MixedKVCache {
   // Rebuilds a cache from a hand-off state. InvalidArgument (naming the
   // layer and the expected versus found rows/shape) when it does not fit
   // `config`, and ResourceExhausted past max_tokens.
+  // `reserve_tokens` > 0 allocates for that many positions first (Reserve).
   static absl::StatusOr<MixedKVCache> Import(const ModelConfig& config, const KvHandoffState& state,
-                                             KvCacheOptions options = {});
+                                             KvCacheOptions options = {}, int64_t reserve_tokens = 0);
 
   const KvCacheOptions& options() const { return options_; }
   int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }

@@ -30,10 +30,13 @@ inline float HorizontalSum(__m256 v) {
 
 // One weight row against M rows of x. Rows are streamed one at a time:
 // interleaving several row streams measured 1.6x slower on this machine
-// (docs/benchmarks.md). A accumulators per x row hide the FMA latency.
+// (docs/benchmarks.md). One accumulator per x row for every M: the
+// summation order of a row must not depend on how many rows share the pass,
+// or a sequence's tokens would depend on its decode batch. (2 or 4
+// accumulators for M = 1 measured no faster: the loop is bandwidth-bound.)
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
-  constexpr int A = M >= 4 ? 1 : (M == 1 ? 4 : 2);
+  constexpr int A = 1;
   __m256 acc[M][A];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)

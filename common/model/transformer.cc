@@ -158,14 +158,19 @@ at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
       slots[ip[n * config().top_k + s]].push_back(n * config().top_k + s);
     }
   }
+  // Each (row, slot) contribution lands in its own place and is summed in
+  // slot order afterwards, as the N == 1 path sums it: a sequence's tokens
+  // do not depend on which others share its batch.
   at::Tensor flat_gates = gates.reshape({-1});
+  at::Tensor contrib = at::empty({N * config().top_k, h.size(1)}, out.options());
   for (int64_t e = 0; e < config().n_experts; ++e) {
     if (rows[e].empty()) continue;
-    at::Tensor r = at::tensor(rows[e], at::kLong);
-    at::Tensor y = ExpertMlp(layer, e, h.index_select(0, r));
-    at::Tensor g = flat_gates.index_select(0, at::tensor(slots[e], at::kLong)).unsqueeze(1);
-    out = out.index_add(0, r, y * g);
+    at::Tensor slot = at::tensor(slots[e], at::kLong);
+    at::Tensor y = ExpertMlp(layer, e, h.index_select(0, at::tensor(rows[e], at::kLong)));
+    contrib.index_copy_(0, slot, flat_gates.index_select(0, slot).unsqueeze(1) * y);
   }
+  contrib = contrib.view({N, config().top_k, h.size(1)});
+  for (int64_t s = 0; s < config().top_k; ++s) out = out + contrib.select(1, s);
   return out;
 }
 
@@ -291,6 +296,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
       }
       outs.push_back(AttendWithSinks(qs, keys, values, (*sinks)[l], mask));
     }
+    if (options.after_layer) RETURN_IF_ERROR(options.after_layer(l));
     at::Tensor attn = outs.size() == 1 ? outs[0] : at::cat(outs);
     x = x + Linear(attn, L.o_proj);
     x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +30,10 @@ struct ForwardOptions {
   // Clamped sinks per layer ([H] each), computed once per generation by
   // ClampedSinks(); when null they are computed here.
   const std::vector<at::Tensor>* sinks = nullptr;
+  // Called once per layer right after its K/V were appended to the caches
+  // (the layer-by-layer hand-off sends from here). A non-OK status stops
+  // the forward and is returned.
+  std::function<absl::Status(int64_t layer)> after_layer;
 };
 
 class Transformer {

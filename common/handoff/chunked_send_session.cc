@@ -1,0 +1,53 @@
+#include "common/handoff/chunked_send_session.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+ChunkedSendSession::ChunkedSendSession(const ModelConfig& config, internal::v1::KvHeader header,
+                                       int64_t max_chunk_bytes)
+    : encoder_(config, std::move(header), max_chunk_bytes) {}
+
+absl::Status ChunkedSendSession::Open() {
+  start_ns_ = NowNs();
+  std::vector<internal::v1::KvChunk> one;
+  one.push_back(encoder_.Header());
+  return Deliver(std::move(one));
+}
+
+absl::Status ChunkedSendSession::SendLayer(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  if (finished_) return absl::FailedPreconditionError("hand-off already committed");
+  ASSIGN_OR_RETURN(std::vector<internal::v1::KvChunk> chunks, encoder_.Layer(layer, k, v));
+  stats_.chunks += static_cast<int64_t>(chunks.size());
+  for (const auto& c : chunks) stats_.bytes += static_cast<int64_t>(c.data().payload().size());
+  return Deliver(std::move(chunks));
+}
+
+absl::StatusOr<KvTransferStats> ChunkedSendSession::CommitSend(uint32_t first_token) {
+  if (finished_) return absl::FailedPreconditionError("hand-off already committed");
+  ASSIGN_OR_RETURN(internal::v1::KvChunk commit, encoder_.Commit(first_token));
+  const int64_t tail_start = NowNs();
+  std::vector<internal::v1::KvChunk> one;
+  one.push_back(std::move(commit));
+  RETURN_IF_ERROR(Deliver(std::move(one)));
+  ASSIGN_OR_RETURN(internal::v1::PushKvResponse ack, AwaitAck());
+  finished_ = true;
+  const int64_t end = NowNs();
+  if (static_cast<int64_t>(ack.received_bytes()) != stats_.bytes) {
+    return absl::DataLossError(absl::StrCat("decode worker acknowledged ", ack.received_bytes(), " of ",
+                                            stats_.bytes, " hand-off bytes"));
+  }
+  stats_.elapsed_ns = end - start_ns_;
+  stats_.tail_ns = end - tail_start;
+  return stats_;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,45 @@
+#include "common/handoff/kv_transfer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/handoff/kv_transports.h"
+
+namespace pdserve {
+
+absl::StatusOr<KvTransport> ParseKvTransport(const std::string& name) {
+  if (name == "grpc") return KvTransport::kGrpc;
+  if (name == "inprocess") return KvTransport::kInProcess;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV transport '", name, "': expected 'grpc' or 'inprocess'"));
+}
+
+InProcessKvRegistry& InProcessKvRegistry::Global() {
+  static auto* registry = new InProcessKvRegistry();
+  return *registry;
+}
+
+void InProcessKvRegistry::Register(const std::string& address, KvReceiver* receiver) {
+  absl::MutexLock lock(&mu_);
+  receivers_[address] = receiver;
+}
+
+void InProcessKvRegistry::Unregister(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  receivers_.erase(address);
+}
+
+KvReceiver* InProcessKvRegistry::Find(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  auto it = receivers_.find(address);
+  return it == receivers_.end() ? nullptr : it->second;
+}
+
+std::unique_ptr<KvSender> MakeKvSender(KvTransport transport, const ModelConfig& config,
+                                       const KvSenderOptions& options) {
+  switch (transport) {
+    case KvTransport::kInProcess: return MakeInProcessKvSender(config, options);
+    case KvTransport::kGrpc: break;
+  }
+  return MakeGrpcKvSender(config, options);
+}
+
+}  // namespace pdserve

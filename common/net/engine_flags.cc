@@ -1,0 +1,50 @@
+#include "common/net/engine_flags.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/model/fingerprint.h"
+#include "common/util/status_macros.h"
+
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
+ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or bf16.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
+ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
+
+namespace pdserve {
+
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags() {
+  LoadedEngine out;
+  out.model_dir = absl::GetFlag(FLAGS_model);
+  if (out.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  EngineOptions eo;
+  auto wd = ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
+  if (!wd.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights-dtype: ", wd.status().message()));
+  auto kd = ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kd.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", kd.status().message()));
+  eo.weights_dtype = *wd;
+  eo.kv.dtype = *kd;
+  eo.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  eo.num_threads = absl::GetFlag(FLAGS_threads);
+  if (eo.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(out.engine, Engine::Load(out.model_dir, eo));
+  out.fingerprint = ModelFingerprint(out.engine->model().weights());
+  // Warmup: the first forward pays for allocator and kernel setup.
+  auto seq = out.engine->NewSequence();
+  ASSIGN_OR_RETURN(at::Tensor logits, out.engine->Prefill(seq.get(), {0}));
+  const int64_t tok = out.engine->Sample(logits, SamplingParams{}, 0);
+  RETURN_IF_ERROR(out.engine->DecodeStep({seq.get()}, {tok}).status());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "loaded %s (%s, fingerprint %s) and warmed up in %.2f s\n", out.model_dir.c_str(),
+               out.engine->config().name.c_str(), out.fingerprint.c_str(), s);
+  return out;
+}
+
+}  // namespace pdserve

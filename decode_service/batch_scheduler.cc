@@ -1,0 +1,330 @@
+#include "decode_service/batch_scheduler.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+
+using pdserve::v1::FinishReason;
+
+struct BatchScheduler::Entry {
+  enum class State { kAwaitingKv, kReceiving, kRunning, kDone };
+  AdmitRequest request;
+  std::shared_ptr<TokenSink> sink;
+  int64_t reserved_bytes = 0;
+  int64_t allocated_bytes = 0;
+  absl::Time admitted_at;
+  State state = State::kAwaitingKv;
+  // Running only. The step in flight holds a reference, so a cancelled
+  // entry's cache lives until that step ends.
+  std::unique_ptr<Sequence> seq;
+  SamplingParams sampling;
+  int64_t generated = 0;  // tokens emitted, the prefill's first included
+  int64_t last_token = 0;
+};
+
+// One incoming hand-off, bound to its request by the header.
+class BatchScheduler::ReceiveSession final : public KvReceiveSession {
+ public:
+  ReceiveSession(BatchScheduler* owner, KvReceiveLimits limits)
+      : owner_(owner), decoder_(owner->engine_->config(), std::move(limits)) {}
+
+  ~ReceiveSession() override {
+    if (!ended_) AbortReceive(absl::CancelledError("the hand-off stream ended without a commit"));
+  }
+
+  absl::Status ReceiveChunk(const internal::v1::KvChunk& chunk) override {
+    if (entry_ == nullptr) {
+      if (chunk.body_case() != internal::v1::KvChunk::kHeader) {
+        return absl::FailedPreconditionError("KV hand-off rejected: the first chunk is not a header");
+      }
+      const auto& h = chunk.header();
+      RETURN_IF_ERROR(owner_->AttachReceiver(h.request_id(), static_cast<int64_t>(h.prompt_len()), &entry_));
+    } else if (Cancelled()) {
+      return absl::CancelledError(absl::StrCat("request ", entry_->request.request_id, " was cancelled"));
+    }
+    return decoder_.Accept(chunk);
+  }
+
+  absl::StatusOr<internal::v1::PushKvResponse> FinishReceive() override {
+    ended_ = true;
+    absl::StatusOr<KvHandoffState> state = decoder_.Finish();
+    if (!state.ok()) {
+      if (entry_ != nullptr) owner_->FailRequest(entry_, state.status());
+      return state.status();
+    }
+    internal::v1::PushKvResponse ack;
+    ack.set_received_bytes(decoder_.received_bytes());
+    entry_->sampling = SamplingFromProto(decoder_.header().sampling());
+    owner_->CompleteHandoff(entry_, std::move(*state), decoder_.first_token());
+    return ack;
+  }
+
+  void AbortReceive(const absl::Status& why) override {
+    ended_ = true;
+    if (entry_ != nullptr) owner_->FailRequest(entry_, why);
+  }
+
+ private:
+  bool Cancelled() {
+    absl::MutexLock lock(&owner_->mu_);
+    return entry_->state == Entry::State::kDone;
+  }
+
+  BatchScheduler* owner_;
+  KvChunkDecoder decoder_;
+  std::shared_ptr<Entry> entry_;
+  bool ended_ = false;
+};
+
+BatchScheduler::BatchScheduler(const Engine* engine, BatchSchedulerOptions options)
+    : engine_(engine), options_(std::move(options)) {}
+
+BatchScheduler::~BatchScheduler() { Shutdown(); }
+
+void BatchScheduler::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void BatchScheduler::Shutdown() {
+  std::vector<std::shared_ptr<Entry>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, e] : entries_) live.push_back(e);
+  }
+  for (auto& e : live) FailRequest(e, absl::UnavailableError("the decode worker is shutting down"));
+}
+
+int64_t BatchScheduler::ReservationBytes(int64_t prompt_len, int64_t max_new_tokens) const {
+  return MixedKVCache::BytesFor(engine_->config(), engine_->options().kv.dtype, prompt_len + max_new_tokens);
+}
+
+absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
+  const ModelConfig& c = engine_->config();
+  if (request.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  if (request.prompt_len < 1 || request.max_new_tokens < 1 ||
+      request.prompt_len + request.max_new_tokens > c.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_len ", request.prompt_len, " + max_new_tokens ",
+                                                   request.max_new_tokens, " must be within [2, max_context ",
+                                                   c.max_context, "]"));
+  }
+  auto e = std::make_shared<Entry>();
+  e->request = request;
+  e->sink = std::move(sink);
+  e->reserved_bytes = ReservationBytes(request.prompt_len, request.max_new_tokens);
+  e->admitted_at = absl::Now();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the decode worker is shutting down");
+  if (entries_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", request.request_id, " is already live here"));
+  }
+  if (reserved_bytes_ + e->reserved_bytes > options_.kv_budget_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV budget full: request ", request.request_id, " needs ", e->reserved_bytes, " bytes, ",
+        options_.kv_budget_bytes - reserved_bytes_, " of ", options_.kv_budget_bytes, " are free"));
+  }
+  reserved_bytes_ += e->reserved_bytes;
+  entries_[request.request_id] = std::move(e);
+  return absl::OkStatus();
+}
+
+void BatchScheduler::Cancel(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(request_id);
+  if (it != entries_.end()) RemoveLocked(std::shared_ptr<Entry>(it->second));
+}
+
+void BatchScheduler::RemoveLocked(const std::shared_ptr<Entry>& e) {
+  if (e->state == Entry::State::kDone) return;
+  auto it = entries_.find(e->request.request_id);
+  if (it != entries_.end() && it->second == e) entries_.erase(it);
+  running_.erase(std::remove(running_.begin(), running_.end(), e), running_.end());
+  reserved_bytes_ -= e->reserved_bytes;
+  allocated_bytes_ -= e->allocated_bytes;
+  e->state = Entry::State::kDone;
+}
+
+absl::StatusOr<std::unique_ptr<KvReceiveSession>> BatchScheduler::BeginReceive() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the decode worker is shutting down");
+  }
+  KvReceiveLimits limits;
+  limits.model_fingerprint = options_.model_fingerprint;
+  limits.max_prompt_len = engine_->config().max_context;
+  // A hand-off never carries more than its request reserved.
+  limits.max_total_bytes = options_.kv_budget_bytes;
+  return std::make_unique<ReceiveSession>(this, std::move(limits));
+}
+
+absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64_t prompt_len,
+                                            std::shared_ptr<Entry>* out) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(request_id);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat("KV hand-off for request '", request_id,
+                                            "', which no Decode call admitted on this worker"));
+  }
+  const std::shared_ptr<Entry>& e = it->second;
+  if (e->state != Entry::State::kAwaitingKv) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV hand-off rejected: request ", request_id, " already has a hand-off"));
+  }
+  if (prompt_len != e->request.prompt_len) {
+    return absl::FailedPreconditionError(absl::StrCat("KV hand-off rejected: prompt_len ", prompt_len,
+                                                      " differs from the admitted ", e->request.prompt_len));
+  }
+  e->state = Entry::State::kReceiving;
+  *out = e;
+  return absl::OkStatus();
+}
+
+void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffState state, uint32_t first_token) {
+  auto seq = engine_->NewSequence();
+  const int64_t reserve = e->request.prompt_len + e->request.max_new_tokens;
+  auto cache = MixedKVCache::Import(engine_->config(), state, engine_->options().kv, reserve);
+  if (!cache.ok()) {
+    FailRequest(e, cache.status());
+    return;
+  }
+  seq->cache = std::move(*cache);
+  seq->pos = state.prompt_len;
+  const ModelConfig& c = engine_->config();
+  FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+  {
+    absl::MutexLock lock(&mu_);
+    if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
+    e->allocated_bytes = seq->cache.AllocatedBytes();
+    allocated_bytes_ += e->allocated_bytes;
+    e->seq = std::move(seq);
+    e->last_token = first_token;
+    e->generated = 1;
+    if (e->request.max_new_tokens == 1) {
+      finish = pdserve::v1::FINISH_REASON_LENGTH;
+    } else if (!e->request.ignore_eos && c.eos_token_id && first_token == *c.eos_token_id) {
+      finish = pdserve::v1::FINISH_REASON_EOS;
+    }
+    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+  }
+  // The first token goes out before the sequence can join a step, so that
+  // the loop's second token never overtakes it.
+  e->sink->OnTokens({first_token}, finish);
+  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) return;
+  absl::MutexLock lock(&mu_);
+  if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
+  e->state = Entry::State::kRunning;
+  running_.push_back(e);
+}
+
+void BatchScheduler::FailRequest(const std::shared_ptr<Entry>& e, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (e->state == Entry::State::kDone) return;
+    RemoveLocked(e);
+  }
+  e->sink->OnError(status);
+}
+
+internal::v1::GetLoadResponse BatchScheduler::Load() const {
+  internal::v1::GetLoadResponse r;
+  absl::MutexLock lock(&mu_);
+  r.set_active_sequences(static_cast<uint32_t>(entries_.size()));
+  r.set_queued_requests(static_cast<uint32_t>(entries_.size() - running_.size()));
+  r.set_kv_bytes_used(reserved_bytes_);
+  r.set_kv_bytes_free(std::max<int64_t>(0, options_.kv_budget_bytes - reserved_bytes_));
+  r.set_kv_bytes_allocated(allocated_bytes_);
+  r.set_last_batch_size(last_batch_);
+  r.set_max_batch_size(max_batch_seen_);
+  r.set_decode_steps(steps_);
+  r.set_model_fingerprint(options_.model_fingerprint);
+  return r;
+}
+
+void BatchScheduler::ExpireStale() {
+  std::vector<std::shared_ptr<Entry>> stale;
+  const absl::Time cutoff = absl::Now() - options_.handoff_timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, e] : entries_) {
+      if (e->state != Entry::State::kRunning && e->admitted_at < cutoff) stale.push_back(e);
+    }
+  }
+  for (auto& e : stale) {
+    FailRequest(e, absl::DeadlineExceededError(absl::StrCat("no KV hand-off for request ", e->request.request_id,
+                                                            " within ",
+                                                            absl::FormatDuration(options_.handoff_timeout))));
+  }
+}
+
+void BatchScheduler::Loop() {
+  absl::Time last_expiry = absl::Now();
+  while (true) {
+    std::vector<std::shared_ptr<Entry>> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !running_.empty(); };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+      if (stopping_) return;
+      const int64_t n = static_cast<int64_t>(running_.size());
+      const int64_t take = std::min<int64_t>(n, options_.max_batch);
+      // Rotate the start so that a queue longer than max_batch shares steps.
+      for (int64_t i = 0; i < take; ++i) batch.push_back(running_[(rotate_ + i) % n]);
+      if (n > take) rotate_ = (rotate_ + take) % n;
+    }
+    if (absl::Now() - last_expiry > absl::Seconds(1)) {
+      ExpireStale();
+      last_expiry = absl::Now();
+    }
+    if (!batch.empty()) Step(batch);
+  }
+}
+
+void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
+  std::vector<Sequence*> seqs;
+  std::vector<int64_t> tokens;
+  for (const auto& e : batch) {
+    seqs.push_back(e->seq.get());
+    tokens.push_back(e->last_token);
+  }
+  absl::StatusOr<at::Tensor> logits = engine_->DecodeStep(seqs, tokens);
+  if (!logits.ok()) {
+    for (const auto& e : batch) FailRequest(e, logits.status());
+    return;
+  }
+  const ModelConfig& c = engine_->config();
+  std::vector<std::pair<std::shared_ptr<Entry>, FinishReason>> emit;
+  {
+    absl::MutexLock lock(&mu_);
+    ++steps_;
+    last_batch_ = static_cast<uint32_t>(batch.size());
+    max_batch_seen_ = std::max(max_batch_seen_, last_batch_);
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& e = batch[i];
+    const int64_t tok = engine_->Sample((*logits)[static_cast<int64_t>(i)], e->sampling,
+                                        static_cast<uint64_t>(e->generated));
+    absl::MutexLock lock(&mu_);
+    if (e->state != Entry::State::kRunning) continue;  // cancelled during the step
+    e->last_token = tok;
+    ++e->generated;
+    FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+    if (!e->request.ignore_eos && c.eos_token_id && tok == *c.eos_token_id) {
+      finish = pdserve::v1::FINISH_REASON_EOS;
+    } else if (e->generated >= e->request.max_new_tokens) {
+      finish = pdserve::v1::FINISH_REASON_LENGTH;
+    }
+    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+    emit.emplace_back(e, finish);
+  }
+  for (auto& [e, finish] : emit) e->sink->OnTokens({static_cast<uint32_t>(e->last_token)}, finish);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,124 @@
+// BatchScheduler: the decode worker's engine loop (continuous batching).
+//
+// A request's life here:
+//   Admit()        the router's Decode call reserves the KV bytes of
+//                  prompt_len + max_new_tokens positions, or gets
+//                  ResourceExhausted so that the router tries another worker;
+//   hand-off       a KvReceiveSession (this class is the KvReceiver) checks
+//                  every chunk, then imports the cache into the reservation;
+//   running        every step is ONE batched forward over all running
+//                  sequences; new ones join between steps, finished ones
+//                  leave;
+//   gone           finished, cancelled, deadline, broken stream, or a failed
+//                  hand-off: the KV and the reservation are freed at once
+//                  (or after the step in flight).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/engine/engine.h"
+#include "common/handoff/kv_transfer.h"
+#include "common/handoff/kv_wire.h"
+#include "pdserve/internal/v1/worker.pb.h"
+
+namespace pdserve {
+
+struct BatchSchedulerOptions {
+  // KV bytes all live sequences may reserve together.
+  int64_t kv_budget_bytes = int64_t{4} << 30;
+  // Sequences per decode step; more wait for a free slot.
+  int max_batch = 64;
+  // How long an admitted request may wait for its hand-off commit.
+  absl::Duration handoff_timeout = absl::Seconds(60);
+  // The model's fingerprint, checked against every hand-off header.
+  std::string model_fingerprint;
+};
+
+// Where a sequence's tokens go. Called on the scheduler thread: must not
+// block (the Decode reactor queues).
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  // New tokens; `finish` is set on the last call.
+  virtual void OnTokens(const std::vector<uint32_t>& ids, pdserve::v1::FinishReason finish) = 0;
+  // The request failed (hand-off rejected, engine error, timeout).
+  virtual void OnError(const absl::Status& status) = 0;
+};
+
+struct AdmitRequest {
+  std::string request_id;
+  int64_t prompt_len = 0;
+  int64_t max_new_tokens = 0;
+  bool ignore_eos = false;
+};
+
+class BatchScheduler final : public KvReceiver {
+ public:
+  BatchScheduler(const Engine* engine, BatchSchedulerOptions options);
+  ~BatchScheduler() override;  // Shutdown()
+
+  // Starts the decode loop thread.
+  void Start();
+  // Stops taking work, fails live requests with Unavailable and joins.
+  void Shutdown();
+
+  // Reserves the request's KV. InvalidArgument for impossible sizes,
+  // AlreadyExists for a live request id, ResourceExhausted when the budget
+  // cannot hold it, Unavailable when shutting down.
+  absl::Status Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink);
+
+  // Drops a request wherever it is and frees its KV (a running one after
+  // the step in flight). No-op for unknown ids.
+  void Cancel(const std::string& request_id);
+
+  // KvReceiver: sessions accept hand-offs only for admitted requests.
+  absl::StatusOr<std::unique_ptr<KvReceiveSession>> BeginReceive() override;
+
+  // Load for the router (and the tests' leak checks).
+  internal::v1::GetLoadResponse Load() const;
+
+  // Bytes a request of this size reserves.
+  int64_t ReservationBytes(int64_t prompt_len, int64_t max_new_tokens) const;
+
+ private:
+  class ReceiveSession;
+  struct Entry;
+
+  // The session's hooks into the table (under mu_).
+  absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, std::shared_ptr<Entry>* out);
+  void CompleteHandoff(const std::shared_ptr<Entry>& entry, KvHandoffState state, uint32_t first_token);
+  void FailRequest(const std::shared_ptr<Entry>& entry, const absl::Status& status);
+
+  void Loop();
+  // One batched step over `batch`; returns false on an engine error (each
+  // sequence is then failed).
+  void Step(const std::vector<std::shared_ptr<Entry>>& batch);
+  void ExpireStale();
+  // Removes an entry and its reservation (mu_ held).
+  void RemoveLocked(const std::shared_ptr<Entry>& entry);
+
+  const Engine* engine_;
+  const BatchSchedulerOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);  // admission order
+  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t rotate_ ABSL_GUARDED_BY(mu_) = 0;  // fairness when running > max_batch
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t last_batch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t max_batch_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace pdserve

@@ -1,0 +1,49 @@
+// pdserve-decode: a decode worker. Receives KV hand-offs, decodes every
+// admitted sequence in one batched loop, streams tokens to the router.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "clients/cli_util.h"
+#include "common/net/engine_flags.h"
+#include "common/net/server.h"
+#include "decode_service/batch_scheduler.h"
+#include "decode_service/decode_service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50052", "host:port to serve DecodeWorker on (port 0 picks one).");
+ABSL_FLAG(int64_t, kv_budget_mb, 4096, "KV bytes (MiB) all live sequences may reserve together.");
+ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
+ABSL_FLAG(int, handoff_timeout_s, 60, "Seconds an admitted request may wait for its KV hand-off.");
+ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish before cancelling them.");
+
+int main(int argc, char** argv) {
+  pdserve::BlockShutdownSignals();
+  pdserve::InitCli(argc, argv,
+                   "A pdserve decode worker.\n"
+                   "Usage: pdserve-decode --model DIR [--listen 0.0.0.0:50052] [--kv-dtype f32|bf16]\n"
+                   "       [--kv-budget-mb MB] [--max-batch N] [--threads N]");
+  auto loaded = pdserve::LoadEngineFromFlags();
+  if (!loaded.ok()) pdserve::Die(loaded.status());
+
+  pdserve::BatchSchedulerOptions so;
+  so.kv_budget_bytes = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
+  so.max_batch = absl::GetFlag(FLAGS_max_batch);
+  so.handoff_timeout = absl::Seconds(absl::GetFlag(FLAGS_handoff_timeout_s));
+  so.model_fingerprint = loaded->fingerprint;
+  if (so.kv_budget_bytes <= 0 || so.max_batch < 1) pdserve::Die("--kv-budget-mb and --max-batch must be >= 1", 2);
+  pdserve::BatchScheduler scheduler(loaded->engine.get(), so);
+  scheduler.Start();
+  pdserve::DecodeService service(&scheduler);
+
+  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
+  if (!server.ok()) pdserve::Die(server.status());
+  std::fprintf(stderr, "pdserve-decode: serving on port %d (KV budget %lld MiB)\n", server->port,
+               static_cast<long long>(absl::GetFlag(FLAGS_kv_budget_mb)));
+
+  const int sig = pdserve::WaitForShutdownSignal();
+  std::fprintf(stderr, "pdserve-decode: signal %d, draining\n", sig);
+  // Stop taking calls, let live streams finish, then cancel what is left.
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
+  scheduler.Shutdown();
+  return 0;
+}

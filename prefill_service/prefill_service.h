@@ -1,0 +1,68 @@
+// PrefillService: the PrefillWorker gRPC service. Prompts wait in a bounded
+// queue (full: RESOURCE_EXHAUSTED) for an executor thread, which runs
+// chunked prefill, streams each layer's K/V to the named decode worker as
+// soon as the layer is final, samples the first token (n = 0), commits the
+// hand-off and frees its copy once the decode worker acknowledges. A
+// cancelled or expired call stops prefill at the next layer.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/engine/engine.h"
+#include "common/handoff/kv_transfer.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+
+namespace pdserve {
+
+struct PrefillServiceOptions {
+  int max_queue = 16;   // prompts waiting beyond the ones running
+  int executors = 1;    // prompts prefilled at once
+  std::string model_fingerprint;
+};
+
+class PrefillService final : public internal::v1::PrefillWorker::CallbackService {
+ public:
+  PrefillService(const Engine* engine, KvSender* sender, PrefillServiceOptions options);
+  ~PrefillService() override;  // Shutdown()
+
+  void Start();
+  // Fails queued prompts with Unavailable and joins the executors (a prompt
+  // being prefilled finishes first).
+  void Shutdown();
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context, const internal::v1::PrefillRequest* request,
+                                    internal::v1::PrefillResponse* response) override;
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context, const internal::v1::GetLoadRequest* request,
+                                    internal::v1::GetLoadResponse* response) override;
+
+ private:
+  struct Job {
+    grpc::CallbackServerContext* context;
+    const internal::v1::PrefillRequest* request;
+    internal::v1::PrefillResponse* response;
+    grpc::ServerUnaryReactor* reactor;
+  };
+
+  void ExecutorLoop();
+  // Prefill + hand-off of one prompt; fills the response.
+  absl::Status Run(const Job& job);
+
+  const Engine* engine_;
+  KvSender* sender_;
+  const PrefillServiceOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // KV held by running prefills
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace pdserve

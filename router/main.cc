@@ -1,0 +1,84 @@
+// pdserve-router: the public Generator service in front of prefill and
+// decode workers.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "clients/cli_util.h"
+#include "common/net/server.h"
+#include "router/router_service.h"
+#include "router/worker_pool.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "host:port to serve pdserve.v1.Generator on.");
+ABSL_FLAG(std::string, model, "", "Model directory: its config.json (and tokenizer) are read, not the weights.");
+ABSL_FLAG(std::string, prefill, "", "Prefill workers, comma-separated host:port.");
+ABSL_FLAG(std::string, decode, "", "Decode workers, comma-separated host:port.");
+ABSL_FLAG(std::string, prefill_dns, "",
+          "Prefill workers as DNS names, comma-separated name:port, re-resolved periodically "
+          "(Kubernetes headless Services).");
+ABSL_FLAG(std::string, decode_dns, "", "Decode workers as DNS names (name:port), like --prefill-dns.");
+ABSL_FLAG(int, resolve_interval_s, 5, "Seconds between DNS re-resolutions.");
+ABSL_FLAG(int, poll_interval_ms, 500, "Milliseconds between health and load polls of each worker.");
+ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int, max_attempts, 3, "Placement attempts per request before UNAVAILABLE.");
+ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one healthy worker of each kind.");
+ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
+
+namespace {
+
+std::vector<std::string> SplitList(const std::string& s) {
+  return absl::StrSplit(s, ',', absl::SkipWhitespace());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::BlockShutdownSignals();
+  pdserve::InitCli(argc, argv,
+                   "The pdserve router.\n"
+                   "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
+                   "       [--listen 0.0.0.0:50051] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) pdserve::Die("--model is required (the router reads its config.json)", 2);
+  auto config = pdserve::LoadModelConfig(model + "/config.json");
+  if (!config.ok()) pdserve::Die(config.status());
+  auto tokenizer = pdserve::MakeTokenizer(*config, model);
+  if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
+
+  auto pool_options = [](const std::string& list, const std::string& dns) {
+    pdserve::WorkerPoolOptions o;
+    o.addresses = SplitList(list);
+    o.dns_targets = SplitList(dns);
+    o.resolve_interval = absl::Seconds(absl::GetFlag(FLAGS_resolve_interval_s));
+    o.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_poll_interval_ms));
+    return o;
+  };
+  pdserve::WorkerPoolOptions po = pool_options(absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_prefill_dns));
+  pdserve::WorkerPoolOptions dopt = pool_options(absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
+  if (po.addresses.empty() && po.dns_targets.empty()) pdserve::Die("give --prefill or --prefill-dns", 2);
+  if (dopt.addresses.empty() && dopt.dns_targets.empty()) pdserve::Die("give --decode or --decode-dns", 2);
+  pdserve::WorkerPool prefill(pdserve::WorkerKind::kPrefill, po);
+  pdserve::WorkerPool decode(pdserve::WorkerKind::kDecode, dopt);
+  prefill.Start();
+  decode.Start();
+  const absl::Duration wait = absl::Seconds(absl::GetFlag(FLAGS_wait_for_workers_s));
+  for (pdserve::WorkerPool* pool : {&prefill, &decode}) {
+    absl::Status st = pool->WaitForHealthy(1, wait);
+    if (!st.ok()) std::fprintf(stderr, "pdserve-router: warning: %s\n", std::string(st.message()).c_str());
+  }
+
+  pdserve::RouterOptions ro;
+  ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
+  ro.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  if (ro.max_attempts < 1) pdserve::Die("--max-attempts must be >= 1", 2);
+  pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, ro);
+  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
+  if (!server.ok()) pdserve::Die(server.status());
+  std::fprintf(stderr, "pdserve-router: serving on port %d\n", server->port);
+
+  const int sig = pdserve::WaitForShutdownSignal();
+  std::fprintf(stderr, "pdserve-router: signal %d, draining\n", sig);
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
+  return 0;
+}

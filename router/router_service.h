@@ -1,0 +1,65 @@
+// RouterService: the public pdserve.v1.Generator.
+//
+// Generate validates and tokenizes on the gRPC thread, then hands the
+// request to an executor thread that drives it:
+//   1. pick a decode worker by load; its Decode call reserves the KV and
+//      answers `admitted` (RESOURCE_EXHAUSTED / UNAVAILABLE: next worker);
+//   2. pick a prefill worker; Prefill runs the prompt and pushes the K/V to
+//      the chosen decode worker (UNAVAILABLE / RESOURCE_EXHAUSTED before
+//      any token: retry elsewhere);
+//   3. relay the decode stream: incremental detokenization (whole UTF-8
+//      characters only), stop sequences, usage on the last message.
+// Client cancellation and deadlines reach both workers through the
+// outgoing calls' contexts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "common/model/config.h"
+#include "common/tokenizer/tokenizer.h"
+#include "pdserve/v1/generate.grpc.pb.h"
+#include "router/request_validation.h"
+#include "router/worker_pool.h"
+
+namespace pdserve {
+
+struct RouterOptions {
+  RequestLimits limits;
+  // Placement attempts per request (each may use another worker pair).
+  int max_attempts = 3;
+  // Requests in flight; more get RESOURCE_EXHAUSTED.
+  int max_inflight = 512;
+};
+
+class RouterService final : public pdserve::v1::Generator::CallbackService {
+ public:
+  RouterService(const ModelConfig& config, std::unique_ptr<Tokenizer> tokenizer, WorkerPool* prefill,
+                WorkerPool* decode, RouterOptions options);
+  // Waits for in-flight requests (call after the server's Shutdown, which
+  // cancels them).
+  ~RouterService() override;
+
+  grpc::ServerWriteReactor<pdserve::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const pdserve::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const pdserve::v1::TokenizeRequest* request,
+                                     pdserve::v1::TokenizeResponse* response) override;
+
+ private:
+  class GenerateCall;
+
+  const ModelConfig config_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  WorkerPool* prefill_;
+  WorkerPool* decode_;
+  const RouterOptions options_;
+  std::atomic<uint64_t> next_id_{1};
+
+  absl::Mutex mu_;
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pdserve

@@ -1,0 +1,512 @@
+// End to end: the real pdserve-router, pdserve-prefill and pdserve-decode
+// processes on loopback, driven over real gRPC. Generated tokens must equal
+// the single-process engine's (what pdserve-generate runs), and every
+// failure must end in its documented status with no KV left behind.
+//
+// The stack (all started once, in SetUpTestSuite):
+//   router  R   -> prefill P1, P2 and decode D1, D2 (f32 KV, chunk 4)
+//   router  Rs  -> P1 and D1, D2, with loads polled once at start (stale), so
+//                  placement must recover from RESOURCE_EXHAUSTED by retrying
+//   router  Rf  -> P1 and Dbad (other weights): fingerprint mismatch
+//   router  Rb  -> Pb, Db with bf16 KV
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/engine.h"
+#include "common/handoff/kv_wire.h"
+#include "common/model/checkpoint.h"
+#include "tests/e2e/process_util.h"
+#include "tests/e2e/serving_test_util.h"
+#include "tests/test_util.h"
+
+namespace pdserve {
+namespace {
+
+using ::pdserve::testing::ChildProcess;
+using ::pdserve::testing::DecodeLoad;
+using ::pdserve::testing::Generate;
+using ::pdserve::testing::GenerateResult;
+using ::pdserve::testing::IdsRequest;
+using ::pdserve::testing::PrefillLoad;
+using ::pdserve::testing::WaitUntil;
+
+constexpr int64_t kChunk = 4;  // prefill chunk: a 30-token prompt takes 8 chunks
+
+std::string Bin(const std::string& rel) { return absl::StrCat(PDSERVE_BINARY_DIR, "/", rel); }
+
+std::vector<int64_t> Prompt(int64_t n, int64_t salt) {
+  std::vector<int64_t> p;
+  for (int64_t i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11 + 5) % 300);
+  return p;
+}
+
+struct Stack {
+  ::pdserve::testing::TempDir dir;
+  std::string model, other_model;
+  std::map<std::string, std::unique_ptr<ChildProcess>> procs;
+  std::map<std::string, std::string> addr;  // name -> 127.0.0.1:port
+  std::unique_ptr<Engine> ref_f32, ref_bf16;
+
+  void StartProc(const std::string& name, std::vector<std::string> argv) {
+    auto p = std::make_unique<ChildProcess>();
+    p->Start(argv, dir.Sub(name + ".log"));
+    procs[name] = std::move(p);
+  }
+  void AwaitPort(const std::string& name) {
+    const int port = procs[name]->WaitForPort();
+    ASSERT_GT(port, 0) << name << " did not start:\n" << procs[name]->Log();
+    addr[name] = absl::StrCat("127.0.0.1:", port);
+  }
+  void StartWorker(const std::string& name, const std::string& kind, const std::string& model,
+                   const std::string& kv_dtype, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {Bin(kind == "decode" ? "decode_service/pdserve-decode"
+                                                          : "prefill_service/pdserve-prefill"),
+                                     "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
+                                     "--kv-dtype", kv_dtype, "--prefill-chunk", std::to_string(kChunk)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    StartProc(name, argv);
+  }
+  void StartRouter(const std::string& name, const std::string& prefill, const std::string& decode,
+                   std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {Bin("router/pdserve-router"), "--model", model, "--listen", "127.0.0.1:0",
+                                     "--prefill", prefill, "--decode", decode, "--poll-interval-ms", "100",
+                                     "--max-new-tokens-cap", "4000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    StartProc(name, argv);
+  }
+};
+
+Stack* g_stack = nullptr;
+
+ModelConfig E2eConfig() {
+  ModelConfig c = ::pdserve::testing::TinyConfig();
+  c.max_context = 32768;
+  c.eos_token_id = 299;
+  return c;
+}
+
+class ServingE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_stack = new Stack();
+    Stack& s = *g_stack;
+    s.model = s.dir.Sub("model");
+    s.other_model = s.dir.Sub("other");
+    ASSERT_TRUE(SaveCheckpoint(RandomWeights(E2eConfig(), 1), s.model, StDtype::kF32).ok());
+    ASSERT_TRUE(SaveCheckpoint(RandomWeights(E2eConfig(), 2), s.other_model, StDtype::kF32).ok());
+    // Decode budgets of 8 MiB: small enough for a test to fill.
+    const std::vector<std::string> budget = {"--kv-budget-mb", "8"};
+    s.StartWorker("D1", "decode", s.model, "f32", budget);
+    s.StartWorker("D2", "decode", s.model, "f32", budget);
+    s.StartWorker("Dbad", "decode", s.other_model, "f32");
+    s.StartWorker("Db", "decode", s.model, "bf16");
+    for (const char* d : {"D1", "D2", "Dbad", "Db"}) s.AwaitPort(d);
+    s.StartWorker("P1", "prefill", s.model, "f32");
+    s.StartWorker("P2", "prefill", s.model, "f32");
+    s.StartWorker("Pb", "prefill", s.model, "bf16");
+    for (const char* p : {"P1", "P2", "Pb"}) s.AwaitPort(p);
+    const std::string d12 = s.addr["D1"] + "," + s.addr["D2"];
+    s.StartRouter("R", s.addr["P1"] + "," + s.addr["P2"], d12);
+    s.StartRouter("Rs", s.addr["P1"], d12, {"--poll-interval-ms", "3600000"});
+    s.StartRouter("Rf", s.addr["P1"], s.addr["Dbad"]);
+    s.StartRouter("Rb", s.addr["Pb"], s.addr["Db"]);
+    for (const char* r : {"R", "Rs", "Rf", "Rb"}) s.AwaitPort(r);
+
+    EngineOptions eo;
+    eo.num_threads = 1;
+    eo.prefill_chunk = kChunk;
+    auto f32 = Engine::Load(s.model, eo);
+    ASSERT_TRUE(f32.ok()) << f32.status();
+    s.ref_f32 = std::move(*f32);
+    eo.kv.dtype = KvDtype::kBF16;
+    auto bf16 = Engine::Load(s.model, eo);
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    s.ref_bf16 = std::move(*bf16);
+  }
+
+  static void TearDownTestSuite() {
+    delete g_stack;
+    g_stack = nullptr;
+  }
+
+  void SetUp() override { ASSERT_NE(g_stack, nullptr); }
+
+  static const std::string& Addr(const std::string& name) { return g_stack->addr[name]; }
+
+  // The single-process answer for `req`.
+  static std::vector<int64_t> Reference(const pdserve::v1::GenerateRequest& req, bool bf16 = false) {
+    GenerateRequest r;
+    r.prompt.assign(req.token_ids().begin(), req.token_ids().end());
+    r.max_new_tokens = req.sampling().max_new_tokens();
+    r.sampling = SamplingFromProto(req.sampling());
+    r.stop_at_eos = !req.sampling().ignore_eos();
+    auto out = (bf16 ? g_stack->ref_bf16 : g_stack->ref_f32)->Generate(r);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? *out : std::vector<int64_t>{};
+  }
+
+  // Every decode and prefill worker of the main stack holds no KV.
+  static bool AllFree() {
+    for (const char* d : {"D1", "D2"}) {
+      auto l = DecodeLoad(Addr(d));
+      if (l.kv_bytes_used() != 0 || l.kv_bytes_allocated() != 0 || l.active_sequences() != 0) return false;
+    }
+    for (const char* p : {"P1", "P2"}) {
+      auto l = PrefillLoad(Addr(p));
+      if (l.kv_bytes_used() != 0 || l.active_sequences() != 0) return false;
+    }
+    return true;
+  }
+};
+
+TEST_F(ServingE2eTest, TokensEqualTheSingleProcessEngine) {
+  struct Case {
+    int64_t prompt_len;
+    float temperature, top_p;
+    uint32_t top_k;
+  };
+  // Shorter than the window (8), longer, and spanning several 4-token chunks;
+  // greedy and seeded sampling.
+  for (const Case& c : {Case{3, 0, 0, 0}, Case{13, 0, 0, 0}, Case{30, 0, 0, 0}, Case{3, 0.9f, 0.95f, 0},
+                        Case{13, 1.0f, 0.8f, 40}, Case{30, 0.7f, 0, 0}}) {
+    auto req = IdsRequest(Prompt(c.prompt_len, c.prompt_len), 24, c.temperature, c.top_p, c.top_k, 1234);
+    req.mutable_sampling()->set_ignore_eos(true);
+    GenerateResult got = Generate(Addr("R"), req);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    EXPECT_EQ(got.ids, Reference(req)) << "prompt " << c.prompt_len << " temperature " << c.temperature;
+    EXPECT_EQ(got.finish, pdserve::v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(got.usage.prompt_tokens(), static_cast<uint32_t>(c.prompt_len));
+    EXPECT_EQ(got.usage.generated_tokens(), 24u);
+    EXPECT_GT(got.usage.ttft_ns(), 0u);
+    EXPECT_GE(got.usage.e2e_ns(), got.usage.ttft_ns());
+    // f32: 2 windowed layers x min(T, 8) rows + 2 global layers x T rows, K and V.
+    const int64_t rows = 2 * std::min<int64_t>(c.prompt_len, 8) + 2 * c.prompt_len;
+    EXPECT_EQ(got.usage.kv_handoff_bytes(), static_cast<uint64_t>(rows * 2 * 2 * 16 * 4));
+    EXPECT_GT(got.usage.kv_handoff_ns(), 0u);
+  }
+}
+
+TEST_F(ServingE2eTest, Bf16KvMatchesTheEngineWithBf16Kv) {
+  for (int64_t len : {3, 13, 30}) {
+    for (float temp : {0.0f, 0.8f}) {
+      auto req = IdsRequest(Prompt(len, 7), 20, temp, 0.9f, 0, 99);
+      req.mutable_sampling()->set_ignore_eos(true);
+      GenerateResult got = Generate(Addr("Rb"), req);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      EXPECT_EQ(got.ids, Reference(req, /*bf16=*/true)) << "prompt " << len << " temperature " << temp;
+      const int64_t rows = 2 * std::min<int64_t>(len, 8) + 2 * len;
+      EXPECT_EQ(got.usage.kv_handoff_bytes(), static_cast<uint64_t>(rows * 2 * 2 * 16 * 2)) << "bf16 halves it";
+    }
+  }
+}
+
+TEST_F(ServingE2eTest, SixteenConcurrentRequestsAllCorrectAndBatched) {
+  constexpr int kN = 16;
+  std::vector<pdserve::v1::GenerateRequest> reqs;
+  for (int i = 0; i < kN; ++i) {
+    auto r = IdsRequest(Prompt(2 + (i * 7) % 29, i), 40 + (i % 4) * 8, i % 2 ? 0.8f : 0.0f, 0.95f, 0, i);
+    r.mutable_sampling()->set_ignore_eos(true);
+    reqs.push_back(r);
+  }
+  std::vector<GenerateResult> got(kN);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kN; ++i) threads.emplace_back([&, i] { got[i] = Generate(Addr("R"), reqs[i]); });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, Reference(reqs[i])) << "request " << i;
+  }
+  const uint32_t batched = std::max(DecodeLoad(Addr("D1")).max_batch_size(), DecodeLoad(Addr("D2")).max_batch_size());
+  EXPECT_GT(batched, 1u) << "the decode workers never ran more than one sequence per step";
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+TEST_F(ServingE2eTest, BadInputsGetInvalidArgumentAndTheServersKeepServing) {
+  struct Bad {
+    const char* what;
+    pdserve::v1::GenerateRequest req;
+    const char* message;
+  };
+  std::vector<Bad> bad;
+  auto ok = IdsRequest({1, 2, 3}, 4);
+  {
+    auto r = ok;
+    r.set_text("hi");
+    bad.push_back({"text and ids", r, "not both"});
+  }
+  {
+    auto r = ok;
+    r.clear_token_ids();
+    bad.push_back({"no prompt", r, "prompt is empty"});
+  }
+  {
+    auto r = ok;
+    r.set_token_ids(1, 300);
+    bad.push_back({"id >= vocab", r, "token_ids[1] = 300"});
+  }
+  {
+    auto r = IdsRequest(Prompt(20, 1), 4);
+    r.mutable_sampling()->set_max_new_tokens(4001);
+    bad.push_back({"over the cap", r, "cap of 4000"});
+  }
+  {
+    auto r = ok;
+    r.mutable_sampling()->set_max_new_tokens(0);
+    bad.push_back({"max_new 0", r, "max_new_tokens must be at least 1"});
+  }
+  {
+    auto r = ok;
+    r.mutable_sampling()->set_temperature(-1);
+    bad.push_back({"temperature", r, "temperature must be >= 0"});
+  }
+  {
+    auto r = ok;
+    r.mutable_sampling()->set_top_p(1.5f);
+    bad.push_back({"top_p", r, "top_p must be in [0, 1]"});
+  }
+  for (const Bad& b : bad) {
+    GenerateResult got = Generate(Addr("R"), b.req);
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << b.what;
+    EXPECT_NE(got.status.error_message().find(b.message), std::string::npos)
+        << b.what << ": " << got.status.error_message();
+  }
+  // Past max_context: a router whose model allows 32768 tokens.
+  auto long_req = IdsRequest(std::vector<int64_t>(32000, 1), 1000);
+  GenerateResult got = Generate(Addr("R"), long_req);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(got.status.error_message().find("max_context"), std::string::npos) << got.status.error_message();
+
+  GenerateResult after = Generate(Addr("R"), ok);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.ids, Reference(ok));
+}
+
+TEST_F(ServingE2eTest, TextPromptsAndStopSequences) {
+  // The byte tokenizer: text "hello" is its bytes.
+  pdserve::v1::GenerateRequest r;
+  r.set_text("hello");
+  r.mutable_sampling()->set_max_new_tokens(12);
+  r.mutable_sampling()->set_ignore_eos(true);
+  GenerateResult got = Generate(Addr("R"), r);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  auto same = IdsRequest({'h', 'e', 'l', 'l', 'o'}, 12);
+  same.mutable_sampling()->set_ignore_eos(true);
+  EXPECT_EQ(got.ids, Reference(same));
+  EXPECT_EQ(got.usage.prompt_tokens(), 5u);
+
+  // A stop string made of the text of generated tokens 3..4 stops there,
+  // and the text before it is all that is returned.
+  auto req = IdsRequest(Prompt(9, 3), 40, 0.9f, 0, 0, 5);
+  req.mutable_sampling()->set_ignore_eos(true);
+  std::vector<int64_t> ref = Reference(req);
+  // The first printable ASCII token: nothing before it can spell it.
+  size_t stop_at = ref.size();
+  for (size_t i = 0; i < ref.size() && stop_at == ref.size(); ++i) {
+    if (ref[i] >= 32 && ref[i] < 127) stop_at = i;
+  }
+  ASSERT_LT(stop_at, ref.size()) << "no printable token in 40: pick another prompt";
+  req.mutable_sampling()->add_stop(std::string(1, static_cast<char>(ref[stop_at])));
+  got = Generate(Addr("R"), req);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.finish, pdserve::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(got.ids, std::vector<int64_t>(ref.begin(), ref.begin() + stop_at + 1));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+TEST_F(ServingE2eTest, FingerprintMismatchIsFailedPrecondition) {
+  GenerateResult got = Generate(Addr("Rf"), IdsRequest({1, 2, 3}, 4));
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << got.status.error_message();
+  EXPECT_NE(got.status.error_message().find("fingerprint"), std::string::npos) << got.status.error_message();
+  auto l = DecodeLoad(Addr("Dbad"));
+  EXPECT_EQ(l.kv_bytes_used(), 0u);
+  EXPECT_EQ(l.active_sequences(), 0u);
+}
+
+// Direct hand-offs to D2 with damaged chunk streams.
+class HandoffAttack {
+ public:
+  HandoffAttack(const std::string& decode, const std::string& request_id, int64_t prompt_len)
+      : stub_(internal::v1::DecodeWorker::NewStub(MakeChannel(decode))), request_id_(request_id) {
+    internal::v1::DecodeRequest dreq;
+    dreq.set_request_id(request_id);
+    dreq.set_prompt_len(prompt_len);
+    dreq.set_max_new_tokens(5);
+    reader_ = stub_->Decode(&dctx_, dreq);
+    internal::v1::DecodeResponse admitted;
+    EXPECT_TRUE(reader_->Read(&admitted) && admitted.admitted());
+  }
+
+  // Pushes `chunks`; returns PushKv's status.
+  grpc::Status Push(const std::vector<internal::v1::KvChunk>& chunks) {
+    grpc::ClientContext ctx;
+    internal::v1::PushKvResponse resp;
+    auto writer = stub_->PushKv(&ctx, &resp);
+    for (const auto& c : chunks) {
+      if (!writer->Write(c)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // Gives up the reservation, as a router that goes away would.
+  void Cancel() { dctx_.TryCancel(); }
+
+  // The Decode stream's end.
+  grpc::Status DecodeStatus() {
+    internal::v1::DecodeResponse msg;
+    while (reader_->Read(&msg)) {
+    }
+    return reader_->Finish();
+  }
+
+ private:
+  std::unique_ptr<internal::v1::DecodeWorker::Stub> stub_;
+  std::string request_id_;
+  grpc::ClientContext dctx_;
+  std::unique_ptr<grpc::ClientReader<internal::v1::DecodeResponse>> reader_;
+};
+
+std::vector<internal::v1::KvChunk> ValidChunks(const std::string& request_id, const std::string& fingerprint,
+                                               int64_t prompt_len) {
+  const ModelConfig c = E2eConfig();
+  internal::v1::KvHeader h;
+  h.set_request_id(request_id);
+  h.set_model_fingerprint(fingerprint);
+  h.set_dtype(internal::v1::KV_DTYPE_F32);
+  h.set_prompt_len(prompt_len);
+  h.mutable_sampling()->set_max_new_tokens(5);
+  KvChunkEncoder enc(c, h, /*max_chunk_bytes=*/256);
+  std::vector<internal::v1::KvChunk> out = {enc.Header()};
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const int64_t rows = HandoffRows(c, l, prompt_len);
+    auto layer = enc.Layer(l, at::randn({rows, c.n_kv_heads, c.head_dim}), at::randn({rows, c.n_kv_heads, c.head_dim}));
+    EXPECT_TRUE(layer.ok());
+    out.insert(out.end(), layer->begin(), layer->end());
+  }
+  out.push_back(*enc.Commit(7));
+  return out;
+}
+
+TEST_F(ServingE2eTest, DamagedHandoffsAreRejectedAndLeakNothing) {
+  const std::string fp = DecodeLoad(Addr("D2")).model_fingerprint();
+  ASSERT_FALSE(fp.empty());
+  struct Damage {
+    const char* name;
+    std::function<void(std::vector<internal::v1::KvChunk>*)> apply;
+    const char* message;
+    grpc::StatusCode code;
+  };
+  const std::vector<Damage> damages = {
+      {"corrupted", [](auto* c) { (*(*c)[4].mutable_data()->mutable_payload())[2] ^= 1; }, "chunk 4 fails its checksum",
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {"truncated", [](auto* c) { c->resize(c->size() - 3); }, "truncated", grpc::StatusCode::FAILED_PRECONDITION},
+      {"reordered", [](auto* c) { std::swap((*c)[5], (*c)[6]); }, "chunk 6 out of order, expected 5",
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {"duplicated", [](auto* c) { c->insert(c->begin() + 3, (*c)[2]); }, "duplicate chunk 2",
+       grpc::StatusCode::FAILED_PRECONDITION},
+      {"wrong fingerprint", nullptr, "fingerprint", grpc::StatusCode::FAILED_PRECONDITION},
+  };
+  int n = 0;
+  for (const Damage& d : damages) {
+    const std::string rid = absl::StrCat("attack-", n++);
+    HandoffAttack attack(Addr("D2"), rid, 13);
+    auto chunks = ValidChunks(rid, d.apply ? fp : "not-the-model", 13);
+    if (d.apply) d.apply(&chunks);
+    grpc::Status st = attack.Push(chunks);
+    EXPECT_EQ(st.error_code(), d.code) << d.name << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(d.message), std::string::npos) << d.name << ": " << st.error_message();
+    grpc::Status ds = attack.DecodeStatus();
+    EXPECT_EQ(ds.error_code(), d.code) << d.name << " (decode stream): " << ds.error_message();
+    auto l = DecodeLoad(Addr("D2"));
+    EXPECT_EQ(l.kv_bytes_used(), 0u) << d.name;
+    EXPECT_EQ(l.kv_bytes_allocated(), 0u) << d.name;
+    EXPECT_EQ(l.active_sequences(), 0u) << d.name;
+  }
+  // A hand-off nobody admitted.
+  HandoffAttack unrelated(Addr("D2"), "admitted", 13);
+  grpc::Status st = unrelated.Push(ValidChunks("never-admitted", fp, 13));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+  // An intact one is accepted and decodes.
+  HandoffAttack good(Addr("D2"), "good", 13);
+  EXPECT_TRUE(good.Push(ValidChunks("good", fp, 13)).ok());
+  EXPECT_TRUE(good.DecodeStatus().ok());
+  EXPECT_TRUE(unrelated.Push(ValidChunks("admitted", fp, 13)).ok());
+  EXPECT_TRUE(unrelated.DecodeStatus().ok());
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+TEST_F(ServingE2eTest, ClientCancelFreesEverything) {
+  auto req = IdsRequest(Prompt(20, 4), 3000);
+  req.mutable_sampling()->set_ignore_eos(true);
+  std::atomic<bool> saw_load{false};
+  GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(60), [&](grpc::ClientContext* ctx, auto& r) {
+    if (r.ids.size() >= 3 && !saw_load) {
+      saw_load = DecodeLoad(Addr("D1")).kv_bytes_used() + DecodeLoad(Addr("D2")).kv_bytes_used() > 0;
+      ctx->TryCancel();
+    }
+  });
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::CANCELLED) << got.status.error_message();
+  EXPECT_TRUE(saw_load) << "the request held no KV while streaming";
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5))) << "KV still held after the client cancelled";
+}
+
+TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
+  // Rs saw both decode workers idle at startup and never polls again, so it
+  // tries them in address order: fill the first one's budget.
+  const std::string first = std::min(Addr("D1"), Addr("D2"));
+  const std::string other = std::max(Addr("D1"), Addr("D2"));
+  const int64_t free = DecodeLoad(first).kv_bytes_free();
+  const ModelConfig c = E2eConfig();
+  int64_t t = 8;
+  while (MixedKVCache::BytesFor(c, KvDtype::kF32, t + 1) <= free) ++t;
+  HandoffAttack filler(first, "filler", t - 5);  // reserves (t - 5) + 5 tokens: all but < 2 rows of the budget
+  ASSERT_LT(DecodeLoad(first).kv_bytes_free(), static_cast<uint64_t>(MixedKVCache::BytesFor(c, KvDtype::kF32, 40)));
+
+  auto req = IdsRequest(Prompt(20, 5), 20);
+  req.mutable_sampling()->set_ignore_eos(true);
+  GenerateResult got = Generate(Addr("Rs"), req);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.usage.decode_worker(), other);
+  EXPECT_EQ(got.ids, Reference(req));
+  // Releasing the filler frees its reservation.
+  filler.Cancel();
+  EXPECT_EQ(filler.DecodeStatus().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+// Last: it kills a decode worker.
+TEST_F(ServingE2eTest, ZKilledDecodeWorkerGivesUnavailableAndTheOtherServes) {
+  auto req = IdsRequest(Prompt(10, 6), 3000);
+  req.mutable_sampling()->set_ignore_eos(true);
+  std::string killed;
+  const auto t0 = std::chrono::steady_clock::now();
+  GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(30), [&](grpc::ClientContext*, auto& r) {
+    if (r.ids.size() >= 3 && killed.empty()) {
+      for (const char* d : {"D1", "D2"}) {
+        if (DecodeLoad(Addr(d)).active_sequences() > 0) {
+          killed = d;
+          g_stack->procs[d]->Stop(SIGKILL);
+          break;
+        }
+      }
+    }
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(killed.empty());
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::UNAVAILABLE) << got.status.error_message();
+  EXPECT_LT(seconds, 30.0);
+  const std::string survivor = killed == "D1" ? Addr("D2") : Addr("D1");
+  auto next = IdsRequest(Prompt(10, 7), 10);
+  GenerateResult after = Generate(Addr("R"), next);
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.usage.decode_worker(), survivor);
+  EXPECT_EQ(after.ids, Reference(next));
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,96 @@
+// Client-side helpers for the serving end-to-end tests: a blocking
+// Generate that collects the stream, worker load queries, and polling.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/net/server.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "pdserve/v1/generate.grpc.pb.h"
+
+namespace pdserve::testing {
+
+struct GenerateResult {
+  grpc::Status status;
+  std::vector<int64_t> ids;
+  std::string text;
+  pdserve::v1::FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+  pdserve::v1::Usage usage;
+  int messages = 0;
+};
+
+inline pdserve::v1::GenerateRequest IdsRequest(const std::vector<int64_t>& prompt, uint32_t max_new,
+                                               float temperature = 0, float top_p = 0, uint32_t top_k = 0,
+                                               uint64_t seed = 0) {
+  pdserve::v1::GenerateRequest r;
+  for (int64_t id : prompt) r.add_token_ids(static_cast<uint32_t>(id));
+  auto* s = r.mutable_sampling();
+  s->set_max_new_tokens(max_new);
+  s->set_temperature(temperature);
+  s->set_top_p(top_p);
+  s->set_top_k(top_k);
+  s->set_seed(seed);
+  return r;
+}
+
+// Calls Generate and reads the whole stream. `on_message` (optional) runs
+// after each message with the context, so a test can cancel mid-stream.
+inline GenerateResult Generate(const std::string& router, const pdserve::v1::GenerateRequest& req,
+                               std::chrono::seconds deadline = std::chrono::seconds(120),
+                               const std::function<void(grpc::ClientContext*, const GenerateResult&)>& on_message =
+                                   nullptr) {
+  auto stub = pdserve::v1::Generator::NewStub(MakeChannel(router));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  GenerateResult out;
+  auto reader = stub->Generate(&ctx, req);
+  pdserve::v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    ++out.messages;
+    for (uint32_t id : msg.token_ids()) out.ids.push_back(id);
+    out.text += msg.text();
+    if (msg.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
+      out.finish = msg.finish_reason();
+      out.usage = msg.usage();
+    }
+    if (on_message) on_message(&ctx, out);
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+inline internal::v1::GetLoadResponse DecodeLoad(const std::string& address) {
+  auto stub = internal::v1::DecodeWorker::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  internal::v1::GetLoadResponse r;
+  stub->GetLoad(&ctx, internal::v1::GetLoadRequest(), &r);
+  return r;
+}
+
+inline internal::v1::GetLoadResponse PrefillLoad(const std::string& address) {
+  auto stub = internal::v1::PrefillWorker::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  internal::v1::GetLoadResponse r;
+  stub->GetLoad(&ctx, internal::v1::GetLoadRequest(), &r);
+  return r;
+}
+
+// Polls `pred` every 20 ms; true once it holds, false after `timeout`.
+inline bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+}  // namespace pdserve::testing
