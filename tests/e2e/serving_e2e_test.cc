@@ -109,7 +109,8 @@ class ServingE2eTest : public ::testing::Test {
     s.StartWorker("P1", "prefill", s.model, "f32");
     s.StartWorker("P2", "prefill", s.model, "f32");
     s.StartWorker("Pb", "prefill", s.model, "bf16");
-    for (const char* p : {"P1", "P2", "Pb"}) s.AwaitPort(p);
+    s.StartWorker("Pq", "prefill", s.model, "f32", {"--max-queue", "1"});
+    for (const char* p : {"P1", "P2", "Pb", "Pq"}) s.AwaitPort(p);
     const std::string d12 = s.addr["D1"] + "," + s.addr["D2"];
     s.StartRouter("R", s.addr["P1"] + "," + s.addr["P2"], d12);
     s.StartRouter("Rs", s.addr["P1"], d12, {"--poll-interval-ms", "3600000"});
@@ -477,6 +478,50 @@ TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
   filler.Cancel();
   EXPECT_EQ(filler.DecodeStatus().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+TEST_F(ServingE2eTest, DeadlineStopsPrefillAndFreesEverything) {
+  // 12000 tokens in 4-token chunks: seconds of prefill, unless it stops.
+  auto req = IdsRequest(Prompt(12000, 8), 8);
+  const auto t0 = std::chrono::steady_clock::now();
+  GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(1));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << got.status.error_message();
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(2))) << "a worker still holds the expired request";
+}
+
+TEST_F(ServingE2eTest, FullPrefillQueueIsResourceExhaustedAndCancelStopsPrefill) {
+  // Pq runs one prompt and queues one more. Nothing admits these on D1,
+  // so they could only fail at their hand-off, seconds of prefill away.
+  auto stub = internal::v1::PrefillWorker::NewStub(MakeChannel(Addr("Pq")));
+  internal::v1::PrefillRequest preq;
+  preq.set_decode_address(Addr("D1"));
+  for (int64_t id : Prompt(12000, 9)) preq.add_token_ids(static_cast<uint32_t>(id));
+  preq.mutable_sampling()->set_max_new_tokens(4);
+  grpc::ClientContext ctx[3];
+  internal::v1::PrefillResponse resp[3];
+  grpc::Status st[3];
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 2; ++i) {
+    preq.set_request_id(absl::StrCat("queued-", i));
+    calls.emplace_back([&, i, preq] { st[i] = stub->Prefill(&ctx[i], preq, &resp[i]); });
+    ASSERT_TRUE(WaitUntil([&] { return PrefillLoad(Addr("Pq")).active_sequences() +
+                                           PrefillLoad(Addr("Pq")).queued_requests() == static_cast<uint32_t>(i + 1); },
+                          std::chrono::seconds(5)));
+  }
+  preq.set_request_id("rejected");
+  st[2] = stub->Prefill(&ctx[2], preq, &resp[2]);
+  EXPECT_EQ(st[2].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st[2].error_message();
+  EXPECT_NE(st[2].error_message().find("queue full"), std::string::npos) << st[2].error_message();
+  ctx[0].TryCancel();
+  ctx[1].TryCancel();
+  for (auto& t : calls) t.join();
+  EXPECT_EQ(st[0].error_code(), grpc::StatusCode::CANCELLED) << st[0].error_message();
+  EXPECT_TRUE(WaitUntil([&] {
+    auto l = PrefillLoad(Addr("Pq"));
+    return l.active_sequences() == 0 && l.queued_requests() == 0 && l.kv_bytes_used() == 0;
+  }, std::chrono::seconds(2))) << "the cancelled prefill kept running";
 }
 
 // Last: it kills a decode worker.
