@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli_util.h"
+#include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/generate.grpc.pb.h"
@@ -42,29 +43,6 @@ ABSL_FLAG(bool, json, false,
 namespace {
 
 using pdserve::Die;
-
-const char* StatusCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
 
 // Splits the --stop list on unescaped commas and resolves the escapes.
 std::vector<std::string> ParseStopList(const std::string& text) {
@@ -228,7 +206,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (!status.ok()) {
-    Die(absl::StrCat(StatusCodeName(status.error_code()), ": ", status.error_message()), 1);
+    Die(absl::StrCat(pdserve::GrpcCodeName(status.error_code()), ": ", status.error_message()), 1);
   }
   if (!got_any || last.finish_reason() == pdserve::v1::FINISH_REASON_UNSPECIFIED) {
     std::fprintf(stderr, "pdserve-cli: warning: the stream ended without a finish reason\n");
