@@ -227,10 +227,10 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "finish=%s prompt_tokens=%u generated_tokens=%u ttft_ms=%.3f tpot_ms=%.3f e2e_ms=%.3f "
-               "kv_handoff_bytes=%llu kv_handoff_ms=%.3f workers=%s->%s request_id=%s\n",
+               "kv_handoff_bytes=%llu kv_handoff_ms=%.3f (exposed %.3f) workers=%s->%s request_id=%s\n",
                FinishReasonName(last.finish_reason()).c_str(), u.prompt_tokens(), u.generated_tokens(),
                Ms(u.ttft_ns()), Ms(u.tpot_ns()), Ms(u.e2e_ns()), static_cast<unsigned long long>(u.kv_handoff_bytes()),
-               Ms(u.kv_handoff_ns()), u.prefill_worker().empty() ? "?" : u.prefill_worker().c_str(),
+               Ms(u.kv_handoff_ns()), Ms(u.kv_handoff_exposed_ns()), u.prefill_worker().empty() ? "?" : u.prefill_worker().c_str(),
                u.decode_worker().empty() ? "?" : u.decode_worker().c_str(), last.request_id().c_str());
   return 0;
 }

@@ -172,6 +172,7 @@ absl::Status PrefillService::Run(const Job& job) {
   job.response->set_prefill_ns(prefill_ns);
   job.response->set_kv_handoff_bytes(stats->bytes);
   job.response->set_kv_handoff_ns(stats->elapsed_ns);
+  job.response->set_kv_handoff_exposed_ns(stats->tail_ns);
   return absl::OkStatus();
 }
 

@@ -192,6 +192,7 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
     usage_.set_prefill_ns(presp.prefill_ns());
     usage_.set_kv_handoff_bytes(presp.kv_handoff_bytes());
     usage_.set_kv_handoff_ns(presp.kv_handoff_ns());
+    usage_.set_kv_handoff_exposed_ns(presp.kv_handoff_exposed_ns());
     usage_.set_prefill_worker(p);
     usage_.set_decode_worker(d);
 

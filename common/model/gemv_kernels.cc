@@ -36,32 +36,18 @@ inline float HorizontalSum(__m256 v) {
 // accumulators for M = 1 measured no faster: the loop is bandwidth-bound.)
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
-  constexpr int A = 1;
-  __m256 acc[M][A];
+  __m256 acc[M];
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
-    for (int a = 0; a < A; ++a) acc[m][a] = _mm256_setzero_ps();
+  for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
   int64_t k = 0;
-  for (; k + 8 * A <= K; k += 8 * A) {
-#pragma GCC unroll 4
-    for (int a = 0; a < A; ++a) {
-      const __m256 wv = LoadW(w + k + 8 * a);
-#pragma GCC unroll 8
-      for (int m = 0; m < M; ++m) acc[m][a] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k + 8 * a), acc[m][a]);
-    }
-  }
   for (; k + 8 <= K; k += 8) {
     const __m256 wv = LoadW(w + k);
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[m][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m][0]);
+    for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m]);
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
-    __m256 t = acc[m][0];
-#pragma GCC unroll 4
-    for (int a = 1; a < A; ++a) t = _mm256_add_ps(t, acc[m][a]);
-    float s = HorizontalSum(t);
+    float s = HorizontalSum(acc[m]);
     for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * ScalarW(w[kk]);
     y_col[m * ldy] = s;
   }
