@@ -21,6 +21,7 @@ ABSL_FLAG(int, port, 50051, "Router port on 127.0.0.1.");
 ABSL_FLAG(int64_t, kv_budget_mb, 2048, "Decode worker KV budget (MiB).");
 ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(bool, log_requests, false, "Print one line per finished request on stderr.");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
 
 int main(int argc, char** argv) {
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   decode_pool.Start();
   pdserve::RouterOptions ro;
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
+  ro.log_requests = absl::GetFlag(FLAGS_log_requests);
   pdserve::RouterService router(engine->config(), std::move(*tokenizer), &prefill_pool, &decode_pool, ro);
   auto router_server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {&router});
   if (!router_server.ok()) pdserve::Die(router_server.status());

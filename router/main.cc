@@ -22,6 +22,7 @@ ABSL_FLAG(int, poll_interval_ms, 500, "Milliseconds between health and load poll
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int, max_attempts, 3, "Placement attempts per request before UNAVAILABLE.");
 ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one healthy worker of each kind.");
+ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
 
 namespace {
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
   pdserve::RouterOptions ro;
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   ro.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  ro.log_requests = absl::GetFlag(FLAGS_log_requests);
   if (ro.max_attempts < 1) pdserve::Die("--max-attempts must be >= 1", 2);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, ro);
   auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});

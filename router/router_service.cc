@@ -1,6 +1,7 @@
 #include "router/router_service.h"
 
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -58,6 +59,7 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
   void Run() {
     grpc::Status st = Drive();
     if (!st.ok()) Close(st);
+    if (service_->options_.log_requests) Log(st);
   }
 
  private:
@@ -206,6 +208,21 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
       *retry = true;
     }
     return st;
+  }
+
+  // One access-log line per request on stderr.
+  void Log(const grpc::Status& st) const {
+    const double ms = 1e-6;
+    std::fprintf(stderr, "%s\n",
+                 absl::StrFormat("request %s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
+                                 "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
+                                 internal_id_, GrpcCodeName(st.error_code()), prompt_.size(), generated_,
+                                 ttft_ns_ * ms, (NowNs() - start_ns_) * ms, usage_.kv_handoff_bytes(),
+                                 usage_.kv_handoff_ns() * ms, usage_.kv_handoff_exposed_ns() * ms,
+                                 usage_.prefill_worker().empty() ? "-" : usage_.prefill_worker(),
+                                 usage_.decode_worker().empty() ? "-" : usage_.decode_worker(),
+                                 st.ok() ? "" : ": ", st.error_message())
+                     .c_str());
   }
 
   static grpc::Status Annotate(const grpc::Status& st, const char* what, const std::string& address) {

@@ -33,6 +33,8 @@ struct RouterOptions {
   int max_attempts = 3;
   // Requests in flight; more get RESOURCE_EXHAUSTED.
   int max_inflight = 512;
+  // One line per finished request on stderr.
+  bool log_requests = true;
 };
 
 class RouterService final : public pdserve::v1::Generator::CallbackService {
