@@ -140,7 +140,7 @@ struct Result {
   bool single_consistent = true;
   // Disaggregated (filled only with --router).
   bool have_disagg = false;
-  double ttft_ms = 0, client_ms = 0, prefill_ms = 0, handoff_ms = 0, exposed_ms = 0;
+  double ttft_ms = 0, client_ms = 0, prefill_ms = 0, handoff_ms = 0, handoff_exposed_ms = 0, exposed_ms = 0;
   double handoff_bytes = 0;
   std::vector<int64_t> disagg_tokens;  // first token of every trial
   bool match = false;
@@ -158,13 +158,15 @@ int main(int argc, char** argv) {
       "greedy Sample, what pdserve-generate does before its first token) and, with --router, through a\n"
       "running pdserve stack (Generate with token_ids = the same prompt, max_new_tokens = 1, greedy).\n"
       "Usage: pdserve-ttft-bench --model DIR [--router HOST:PORT] [--prompt-lens 128,512,1024,2048]\n"
-      "       [--trials 3] [--kv-dtype f32|bf16] [--threads N] [--prefill-chunk 512] [--csv-out FILE]\n"
+      "       [--trials 3] [--kv-dtype f32|bf16] [--weights-dtype f32|bf16] [--threads N] [--prefill-chunk 512]\n"
+      "       [--csv-out FILE] [--deadline-s 600]\n"
       "Prompts are the ids (i*7919 + 13) % vocab_size, i in [0, len). Every value is the median over\n"
       "--trials, after one untimed warmup of the shortest prompt per mode. Columns: single = in-process\n"
       "TTFT; disagg = the router's Usage.ttft_ns (request in to first token out); client = call start to\n"
       "the first message with tokens, seen by this process; prefill = Usage.prefill_ns; hand-off bytes/ms =\n"
       "Usage.kv_handoff_bytes/_ns; hand-off/TTFT = kv_handoff_ns / ttft_ns (the hand-off overlaps the\n"
-      "last prefill chunk, so this is not purely added time); TTFT-prefill = what disaggregation exposes\n"
+      "last prefill chunk, so this is not purely added time); h-off exposed = Usage.kv_handoff_exposed_ns\n"
+      "(commit after the first token to the acknowledgement); TTFT-prefill = what disaggregation exposes\n"
       "beyond the prefill compute (RPCs, the hand-off tail, decode admission, streaming). The first-token\n"
       "column compares the stack's first token with the in-process one: match or MISMATCH (exit 3).\n"
       "Fairness: start the stack with the same --threads (and --kv-dtype, --weights-dtype, --prefill-chunk)\n"
@@ -276,7 +278,7 @@ int main(int argc, char** argv) {
     }
     for (Result& r : results) {
       const std::vector<int64_t> ids = MakePrompt(r.len, vocab);
-      std::vector<double> ttft, client, prefill, hbytes, hms, exposed;
+      std::vector<double> ttft, client, prefill, hbytes, hms, hexp, exposed;
       for (int t = 0; t < trials; ++t) {
         const DisaggTrial d = DisaggTtft(stub.get(), ids, deadline_s);
         const pdserve::v1::Usage& u = d.usage;
@@ -285,13 +287,14 @@ int main(int argc, char** argv) {
         prefill.push_back(NsToMs(u.prefill_ns()));
         hbytes.push_back(static_cast<double>(u.kv_handoff_bytes()));
         hms.push_back(NsToMs(u.kv_handoff_ns()));
+        hexp.push_back(NsToMs(u.kv_handoff_exposed_ns()));
         exposed.push_back(NsToMs(static_cast<double>(u.ttft_ns()) - static_cast<double>(u.prefill_ns())));
         r.disagg_tokens.push_back(d.first_token);
         std::fprintf(stderr,
                      "disagg len=%lld trial %d/%d: router TTFT %.2f ms, client %.2f ms, prefill %.2f ms, "
-                     "hand-off %llu B in %.2f ms (token %lld)\n",
+                     "hand-off %llu B in %.2f ms (%.2f ms exposed) (token %lld)\n",
                      static_cast<long long>(r.len), t + 1, trials, ttft.back(), client.back(), prefill.back(),
-                     static_cast<unsigned long long>(u.kv_handoff_bytes()), hms.back(),
+                     static_cast<unsigned long long>(u.kv_handoff_bytes()), hms.back(), hexp.back(),
                      static_cast<long long>(d.first_token));
       }
       r.have_disagg = true;
@@ -300,6 +303,7 @@ int main(int argc, char** argv) {
       r.prefill_ms = Median(prefill);
       r.handoff_bytes = Median(hbytes);
       r.handoff_ms = Median(hms);
+      r.handoff_exposed_ms = Median(hexp);
       r.exposed_ms = Median(exposed);
       r.match = r.single_consistent;
       for (int64_t tok : r.disagg_tokens) r.match = r.match && tok == r.single_token;
@@ -307,23 +311,24 @@ int main(int argc, char** argv) {
   }
 
   // ---- Table.
-  std::printf("\n%10s %14s %14s %14s %11s %15s %12s %15s %16s %12s  %s\n", "prompt_len", "single TTFT ms",
+  std::printf("\n%10s %14s %14s %14s %11s %15s %12s %15s %16s %16s %12s  %s\n", "prompt_len", "single TTFT ms",
               "disagg TTFT ms", "client TTFT ms", "prefill ms", "hand-off bytes", "hand-off ms", "hand-off/TTFT %",
-              "TTFT-prefill ms", "first token", "match");
+              "h-off exposed ms", "TTFT-prefill ms", "first token", "match");
   bool any_mismatch = false;
   for (const Result& r : results) {
     auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string("-"); };
     const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 1) : "-";
     const char* match = !r.have_disagg ? "-" : r.match ? "match" : "MISMATCH";
     any_mismatch = any_mismatch || (r.have_disagg && !r.match);
-    std::printf("%10lld %14.2f %14s %14s %11s %15s %12s %15s %16s %12lld  %s\n", static_cast<long long>(r.len),
+    std::printf("%10lld %14.2f %14s %14s %11s %15s %12s %15s %16s %16s %12lld  %s\n", static_cast<long long>(r.len),
                 r.single_ms, col(r.ttft_ms, 2).c_str(), col(r.client_ms, 2).c_str(), col(r.prefill_ms, 2).c_str(),
                 col(r.handoff_bytes, 0).c_str(), col(r.handoff_ms, 2).c_str(), share.c_str(),
-                col(r.exposed_ms, 2).c_str(), static_cast<long long>(r.single_token), match);
+                col(r.handoff_exposed_ms, 2).c_str(), col(r.exposed_ms, 2).c_str(), static_cast<long long>(r.single_token), match);
   }
   std::printf(
-      "(first token: the in-process greedy token; hand-off/TTFT = median hand-off ms / median router TTFT ms;\n"
-      " TTFT-prefill = median over trials of ttft_ns - prefill_ns)\n");
+      "(first token: the in-process greedy token; hand-off/TTFT = median hand-off ms / median router TTFT ms:\n"
+      " the hand-off starts with layer 0 of the last prefill chunk, so it overlaps prefill; h-off exposed is its\n"
+      " part after the first token; TTFT-prefill = median over trials of ttft_ns - prefill_ns)\n");
   for (const Result& r : results) {
     if (r.have_disagg && !r.match) {
       std::string got;
@@ -337,13 +342,13 @@ int main(int argc, char** argv) {
   if (!csv.empty()) {
     std::ofstream f(csv, std::ios::trunc);
     f << "prompt_len,single_ttft_ms,disagg_ttft_ms,client_ttft_ms,prefill_ms,handoff_bytes,handoff_ms,"
-         "handoff_ttft_pct,ttft_minus_prefill_ms,first_token,match\n";
+         "handoff_ttft_pct,handoff_exposed_ms,ttft_minus_prefill_ms,first_token,match\n";
     for (const Result& r : results) {
       auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string(); };
       const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 2) : "";
       f << r.len << "," << Fixed(r.single_ms, 3) << "," << col(r.ttft_ms, 3) << "," << col(r.client_ms, 3) << ","
         << col(r.prefill_ms, 3) << "," << col(r.handoff_bytes, 0) << "," << col(r.handoff_ms, 3) << "," << share
-        << "," << col(r.exposed_ms, 3) << "," << r.single_token << ","
+        << "," << col(r.handoff_exposed_ms, 3) << "," << col(r.exposed_ms, 3) << "," << r.single_token << ","
         << (!r.have_disagg ? "" : r.match ? "match" : "MISMATCH") << "\n";
     }
     if (!f) pdserve::Die("cannot write '" + csv + "'");

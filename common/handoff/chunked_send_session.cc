@@ -17,7 +17,6 @@ ChunkedSendSession::ChunkedSendSession(const ModelConfig& config, internal::v1::
     : encoder_(config, std::move(header), max_chunk_bytes) {}
 
 absl::Status ChunkedSendSession::Open() {
-  start_ns_ = NowNs();
   std::vector<internal::v1::KvChunk> one;
   one.push_back(encoder_.Header());
   return Deliver(std::move(one));
@@ -26,6 +25,7 @@ absl::Status ChunkedSendSession::Open() {
 absl::Status ChunkedSendSession::SendLayer(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   if (finished_) return absl::FailedPreconditionError("hand-off already committed");
   ASSIGN_OR_RETURN(std::vector<internal::v1::KvChunk> chunks, encoder_.Layer(layer, k, v));
+  if (start_ns_ == 0) start_ns_ = NowNs();
   stats_.chunks += static_cast<int64_t>(chunks.size());
   for (const auto& c : chunks) stats_.bytes += static_cast<int64_t>(c.data().payload().size());
   return Deliver(std::move(chunks));

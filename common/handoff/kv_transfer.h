@@ -29,8 +29,9 @@ namespace pdserve {
 struct KvTransferStats {
   int64_t bytes = 0;       // payload bytes sent (= header total_bytes)
   int64_t chunks = 0;      // data chunks sent
-  // From the first chunk handed to the transport to the receiver's
-  // acknowledgement: the hand-off's wall time, overlapping prefill.
+  // From the first data chunk (layer 0 of the last prefill chunk) to the
+  // receiver's acknowledgement: the hand-off's wall time, overlapping the
+  // rest of prefill.
   int64_t elapsed_ns = 0;
   // From the commit (sent once the first token is sampled) to the
   // acknowledgement: the part of the hand-off prefill did not hide.
