@@ -60,6 +60,12 @@ int main(int argc, char** argv) {
 
   // Router.
   auto tokenizer = pdserve::MakeTokenizer(engine->config(), loaded->model_dir);
+  if (absl::IsUnimplemented(tokenizer.status())) {
+    // Serve token ids until the tokenizer exists; say so once.
+    std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", "pdserve-local",
+                 std::string(tokenizer.status().message()).c_str());
+    tokenizer = pdserve::MakeIdsOnlyTokenizer(engine->config().vocab_size, std::string(tokenizer.status().message()));
+  }
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
   pdserve::WorkerPoolOptions ppo, dpo;
   ppo.addresses = {prefill_address};

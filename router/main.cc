@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
   auto config = pdserve::LoadModelConfig(model + "/config.json");
   if (!config.ok()) pdserve::Die(config.status());
   auto tokenizer = pdserve::MakeTokenizer(*config, model);
+  if (absl::IsUnimplemented(tokenizer.status())) {
+    // Serve token ids until the tokenizer exists; say so once.
+    std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", "pdserve-router",
+                 std::string(tokenizer.status().message()).c_str());
+    tokenizer = pdserve::MakeIdsOnlyTokenizer((*config).vocab_size, std::string(tokenizer.status().message()));
+  }
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
 
   auto pool_options = [](const std::string& list, const std::string& dns) {

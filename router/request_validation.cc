@@ -19,7 +19,7 @@ absl::StatusOr<std::vector<uint32_t>> ValidateGenerateRequest(const pdserve::v1:
   std::vector<uint32_t> ids;
   if (has_text) {
     absl::StatusOr<std::vector<uint32_t>> enc = tokenizer.Encode(request.text());
-    if (!enc.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", enc.status().message()));
+    if (!enc.ok()) return absl::Status(enc.status().code(), absl::StrCat("text: ", enc.status().message()));
     ids = std::move(*enc);
     if (ids.empty()) return absl::InvalidArgumentError("text tokenizes to no tokens");
   } else {

@@ -356,7 +356,7 @@ grpc::ServerUnaryReactor* RouterService::Tokenize(grpc::CallbackServerContext* c
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<std::vector<uint32_t>> ids = tokenizer_->Encode(request->text());
   if (!ids.ok()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(ids.status().message())));
+    reactor->Finish(ToGrpcStatus(ids.status()));
     return reactor;
   }
   response->mutable_token_ids()->Assign(ids->begin(), ids->end());

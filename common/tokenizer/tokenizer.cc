@@ -30,4 +30,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const ModelConfig& conf
   return absl::InvalidArgumentError("unknown tokenizer type");
 }
 
+namespace {
+
+// Serves ids without text: Encode fails with the reason, tokens decode to "".
+class IdsOnlyTokenizer final : public Tokenizer {
+ public:
+  IdsOnlyTokenizer(int64_t vocab_size, std::string reason) : vocab_size_(vocab_size), reason_(std::move(reason)) {}
+  absl::StatusOr<std::vector<uint32_t>> Encode(absl::string_view) const override {
+    return absl::UnimplementedError(reason_);
+  }
+  std::string DecodeToken(uint32_t) const override { return ""; }
+  int64_t vocab_size() const override { return vocab_size_; }
+
+ private:
+  int64_t vocab_size_;
+  std::string reason_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> MakeIdsOnlyTokenizer(int64_t vocab_size, std::string reason) {
+  return std::make_unique<IdsOnlyTokenizer>(vocab_size, std::move(reason));
+}
+
 }  // namespace pdserve

@@ -39,4 +39,9 @@ class Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const ModelConfig& config,
                                                          const std::string& model_dir);
 
+// A stand-in when the model's tokenizer is unavailable: token-id prompts
+// still work, text prompts fail with Unimplemented(`reason`), and generated
+// tokens carry no text.
+std::unique_ptr<Tokenizer> MakeIdsOnlyTokenizer(int64_t vocab_size, std::string reason);
+
 }  // namespace pdserve
