@@ -24,6 +24,7 @@ cat "$LOG"
 # A random model answers with noise (bytes, and ids >= 256 that have no
 # text); the point is the path: router -> prefill -> KV hand-off -> decode.
 echo "--- streaming from the router on 127.0.0.1:$PORT"
+echo "    (random weights: the text is noise, and ids >= 256 of the byte tokenizer have no text at all)"
 ./build/clients/pdserve-cli --router "127.0.0.1:$PORT" --prompt "Hello, world! The passkey is 12345." \
   --max-new-tokens 48 --temperature 0.8 --top-p 0.95 --seed 7
 echo "--- the same prompt as ids, greedy, as JSON"
