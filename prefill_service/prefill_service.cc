@@ -7,15 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/handoff/kv_wire.h"
 #include "common/net/grpc_status.h"
+#include "common/util/clock.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 internal::v1::KvDtype WireDtype(KvDtype d) {
   return d == KvDtype::kBF16 ? internal::v1::KV_DTYPE_BF16 : internal::v1::KV_DTYPE_F32;

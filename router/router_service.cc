@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/net/grpc_status.h"
+#include "common/util/clock.h"
 #include "common/net/queued_writer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/stop_matcher.h"
@@ -21,10 +22,6 @@ using internal::v1::DecodeResponse;
 using pdserve::v1::FinishReason;
 using pdserve::v1::GenerateResponse;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Codes after which another worker may succeed.
 bool Retryable(grpc::StatusCode code) {

@@ -3,14 +3,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/clock.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 ChunkedSendSession::ChunkedSendSession(const ModelConfig& config, internal::v1::KvHeader header,
                                        int64_t max_chunk_bytes)

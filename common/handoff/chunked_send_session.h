@@ -36,7 +36,4 @@ class ChunkedSendSession : public KvSendSession {
   bool finished_ = false;
 };
 
-// Monotonic nanoseconds.
-int64_t NowNs();
-
 }  // namespace pdserve
