@@ -63,6 +63,7 @@ class GrpcSendSession final : public ChunkedSendSession {
       if (done_) return status_;
       queued_bytes_ += bytes;
       queue_.push_back(std::move(c));
+      cv_.notify_all();  // the writer may be asleep while we wait for room
     }
     lock.unlock();
     cv_.notify_all();
