@@ -1,5 +1,7 @@
 // pdserve-init-model: writes a checkpoint directory with random weights.
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -11,6 +13,9 @@ ABSL_FLAG(std::string, config, "", "Model config JSON.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the random weights.");
 ABSL_FLAG(std::string, out, "", "Output directory (created): config.json + model.safetensors.");
 ABSL_FLAG(std::string, dtype, "F32", "Stored dtype: F32, BF16 or F16.");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "For a BPE config: the tokenizer.json to copy into DIR (default: $PDSERVE_LLAMA3_TOKENIZER_JSON, "
+          "else .cache/tokenizers/llama3/tokenizer.json as fetched by scripts/fetch_tokenizer.sh).");
 
 int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
@@ -31,5 +36,21 @@ int main(int argc, char** argv) {
   if (auto st = pdserve::SaveCheckpoint(w, out, dtype); !st.ok()) pdserve::Die(st);
   std::fprintf(stderr, "wrote %s (%lld parameters, %s)\n", out.c_str(),
                static_cast<long long>(config->TotalParams()), dt.c_str());
+  if (config->tokenizer == pdserve::TokenizerType::kBpe) {
+    // The tokenizer travels with the checkpoint, as on the Hub.
+    std::string src = absl::GetFlag(FLAGS_tokenizer_json);
+    const char* env = std::getenv("PDSERVE_LLAMA3_TOKENIZER_JSON");
+    if (src.empty()) src = env != nullptr ? env : ".cache/tokenizers/llama3/tokenizer.json";
+    const std::filesystem::path dst = std::filesystem::path(out) / config->tokenizer_file;
+    std::error_code ec;
+    if (std::filesystem::copy_file(src, dst, std::filesystem::copy_options::overwrite_existing, ec)) {
+      std::fprintf(stderr, "copied %s to %s\n", src.c_str(), dst.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "warning: no %s copied (%s: %s); run scripts/fetch_tokenizer.sh or pass --tokenizer-json. "
+                   "Without it the router serves token-id prompts only.\n",
+                   config->tokenizer_file.c_str(), src.c_str(), ec.message().c_str());
+    }
+  }
   return 0;
 }

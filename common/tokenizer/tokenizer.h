@@ -34,8 +34,9 @@ class Tokenizer {
 
 // Builds the tokenizer `config.tokenizer` names; `model_dir` is where
 // `config.tokenizer_file` lives (BPE). Returns InvalidArgument when the config
-// does not fit the tokenizer (e.g. vocab_size too small) and Unimplemented for
-// the types not built yet.
+// does not fit the tokenizer (e.g. vocab_size too small), NotFound (with the
+// path) when the BPE file is missing, and the BPE loader's DataLoss /
+// InvalidArgument for a malformed file.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const ModelConfig& config,
                                                          const std::string& model_dir);
 

@@ -1,0 +1,449 @@
+// pdserve-passkey: passkey retrieval (Mohtashami & Jaggi, 2023) as a batch
+// client of the public API (pdserve.v1.Generator). For each context length
+// it sizes the prompt with the router's Tokenize RPC, runs n trials (greedy)
+// on a small pool of threads, and prints a table, a headline for the largest
+// length, and optionally every trial as JSON. Uses only the public proto.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "clients/cli_util.h"
+#include "clients/passkey.h"
+#include "common/net/grpc_status.h"
+#include "common/net/server.h"
+#include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "pdserve/v1/generate.grpc.pb.h"
+
+ABSL_FLAG(std::string, router, "127.0.0.1:50051", "The router's address, host:port.");
+ABSL_FLAG(std::string, context_lengths, "1024,2048,4096",
+          "Prompt lengths in tokens (the model's tokenizer, counted by the router), comma-separated. "
+          "Each plus --max-new-tokens must fit the model's max_context.");
+ABSL_FLAG(int64_t, n_trials, 5, "Trials (distinct passkeys) per context length.");
+ABSL_FLAG(std::string, position, "middle",
+          "Where the passkey goes: start, middle, end, or a depth fraction in [0, 1] (0 = start).");
+ABSL_FLAG(uint64_t, seed, 0, "Base seed: the passkeys of length L come from seed + L.");
+ABSL_FLAG(double, target, 0.85, "Accuracy the largest length should reach, in [0, 1].");
+ABSL_FLAG(int64_t, concurrency, 4, "Trials in flight at once (one thread and one stream each).");
+ABSL_FLAG(std::string, json_out, "", "Write every trial and the per-length summary to this JSON file.");
+ABSL_FLAG(bool, require_target, false, "Exit 3 when the largest length misses --target (default: exit 0 either way).");
+ABSL_FLAG(int64_t, max_new_tokens, 16, "Tokens generated per trial (greedy).");
+ABSL_FLAG(double, deadline_s, 0, "Deadline of each RPC in seconds; 0 = none.");
+
+namespace {
+
+using pdserve::Die;
+using Clock = std::chrono::steady_clock;
+
+struct Trial {
+  // Set before the run.
+  int64_t context_length = 0;
+  int index = 0;
+  std::string passkey;
+  pdserve::PasskeyPrompt prompt;
+  // Set by the run.
+  int64_t prompt_tokens = -1;        // Tokenize's count of this trial's prompt
+  int64_t usage_prompt_tokens = -1;  // the router's Usage, when the call succeeded
+  std::string answer;
+  std::optional<std::string> extracted;
+  bool correct = false;
+  bool failed = false;
+  std::string error;
+  std::optional<double> ttft_ms;
+  double latency_ms = 0;
+  int64_t tokens = 0;
+  std::string finish_reason;
+};
+
+struct Options {
+  std::string router;
+  int64_t max_new_tokens = 16;
+  double deadline_s = 0;
+};
+
+void SetDeadline(grpc::ClientContext* ctx, double deadline_s) {
+  if (deadline_s > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::microseconds(static_cast<int64_t>(deadline_s * 1e6)));
+  }
+}
+
+std::string RpcError(const grpc::Status& status) {
+  return absl::StrCat(pdserve::GrpcCodeName(status.error_code()), ": ", status.error_message());
+}
+
+// The router's Tokenize as the library's token counter.
+absl::StatusOr<int64_t> CountTokens(pdserve::v1::Generator::Stub* stub, double deadline_s, const std::string& text) {
+  pdserve::v1::TokenizeRequest req;
+  req.set_text(text);
+  pdserve::v1::TokenizeResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, deadline_s);
+  const grpc::Status status = stub->Tokenize(&ctx, req, &resp);
+  if (!status.ok()) {
+    return absl::Status(pdserve::FromGrpcStatus(status).code(), absl::StrCat("Tokenize: ", RpcError(status)));
+  }
+  return static_cast<int64_t>(resp.token_ids_size());
+}
+
+std::string FinishReasonName(int reason) {
+  const std::string& full = pdserve::v1::FinishReason_Name(reason);
+  if (full.empty()) return absl::StrCat(reason);
+  const std::string prefix = "FINISH_REASON_";
+  return absl::AsciiStrToLower(full.compare(0, prefix.size(), prefix) == 0 ? full.substr(prefix.size()) : full);
+}
+
+void RunTrial(pdserve::v1::Generator::Stub* stub, const Options& opt, Trial* t) {
+  absl::StatusOr<int64_t> counted = CountTokens(stub, opt.deadline_s, t->prompt.text);
+  if (counted.ok()) t->prompt_tokens = *counted;
+
+  pdserve::v1::GenerateRequest req;
+  req.set_request_id(absl::StrCat("passkey-", t->context_length, "-", t->index));
+  req.set_text(t->prompt.text);
+  pdserve::v1::SamplingParams* s = req.mutable_sampling();
+  s->set_max_new_tokens(static_cast<uint32_t>(opt.max_new_tokens));
+  s->set_temperature(0.0f);  // greedy, as the protocol says
+
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, opt.deadline_s);
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<grpc::ClientReader<pdserve::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
+  pdserve::v1::GenerateResponse resp;
+  int64_t received = 0;
+  std::optional<pdserve::v1::Usage> usage;
+  while (reader->Read(&resp)) {
+    t->answer += resp.text();
+    received += resp.token_ids_size();
+    if (resp.has_usage()) usage = resp.usage();
+    if (resp.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
+      t->finish_reason = FinishReasonName(resp.finish_reason());
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  t->latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  t->tokens = usage ? static_cast<int64_t>(usage->generated_tokens()) : received;
+  if (usage) {
+    t->ttft_ms = static_cast<double>(usage->ttft_ns()) / 1e6;
+    t->usage_prompt_tokens = usage->prompt_tokens();
+  }
+  if (!status.ok()) {
+    t->failed = true;
+    t->error = RpcError(status);
+    return;
+  }
+  // Only the new text: the prompt holds the passkey too.
+  t->extracted = pdserve::ExtractPasskeyAnswer(t->answer);
+  t->correct = t->extracted.has_value() && *t->extracted == t->passkey;
+}
+
+std::string FormatSeconds(double s) {
+  if (!(s >= 0) || s > 1e7) return "?";
+  const int64_t total = static_cast<int64_t>(s + 0.5);
+  if (total >= 3600) return absl::StrFormat("%dh%02dm", total / 3600, (total / 60) % 60);
+  if (total >= 60) return absl::StrFormat("%dm%02ds", total / 60, total % 60);
+  return absl::StrFormat("%ds", total);
+}
+
+std::string ProgressLine(size_t done, size_t total, double elapsed_s) {
+  const double rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0;
+  const std::string eta = done == 0 ? "?" : FormatSeconds(static_cast<double>(total - done) / rate);
+  return absl::StrFormat("pdserve-passkey: %d/%d trials, %.2f trials/s, elapsed %s, ETA %s", done, total, rate,
+                         FormatSeconds(elapsed_s), eta);
+}
+
+nlohmann::ordered_json NullIfEmpty(const std::string& s) {
+  return s.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s);
+}
+
+std::string Ms(double v) { return v == v ? absl::StrFormat("%.1f", v) : "-"; }  // NaN: no successful trial
+
+absl::StatusOr<std::vector<int64_t>> ParseLengths(const std::string& text) {
+  std::vector<int64_t> out;
+  std::set<int64_t> seen;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(item), &v) || v < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("'", item, "' is not a positive token count"));
+    }
+    if (seen.insert(v).second) out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no context length given");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::InitCli(
+      argc, argv,
+      "Passkey retrieval (Mohtashami & Jaggi, 2023) against a pdserve router.\n"
+      "Usage: pdserve-passkey [--router HOST:PORT] [--context-lengths 1024,2048,4096] [--n-trials 5]\n"
+      "       [--position start|middle|end|DEPTH] [--seed 0] [--target 0.85] [--concurrency 4]\n"
+      "       [--json-out FILE] [--require-target] [--max-new-tokens 16] [--deadline-s S]\n"
+      "Prompts are sized with the router's Tokenize RPC to each length (never over, under by less than\n"
+      "one filler word); each trial asks for its 5-digit passkey, greedy, and the answer is the first\n"
+      "\\b\\d{5}\\b of the generated text. Prints a table per length and a PASS/WARNING headline for the\n"
+      "largest; progress goes to stderr. Table: prompt = median prompt tokens, failed = RPC errors (counted\n"
+      "as wrong), 5-digit = answers holding any 5-digit number, latencies client-side end to end.\n"
+      "Exit: 0 (target met or not), 1 when the router cannot be reached or every trial failed,\n"
+      "2 on bad flags, 3 when --require-target is given and the largest length misses --target.");
+
+  Options opt;
+  opt.router = absl::GetFlag(FLAGS_router);
+  opt.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  opt.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  absl::StatusOr<std::vector<int64_t>> lengths = ParseLengths(absl::GetFlag(FLAGS_context_lengths));
+  if (!lengths.ok()) Die("--context-lengths: " + std::string(lengths.status().message()), 2);
+  absl::StatusOr<pdserve::PasskeyPosition> position = pdserve::ParsePasskeyPosition(absl::GetFlag(FLAGS_position));
+  if (!position.ok()) Die("--position: " + std::string(position.status().message()), 2);
+  const int64_t n_trials = absl::GetFlag(FLAGS_n_trials);
+  if (n_trials < 1 || n_trials > pdserve::kPasskeySpace) Die("--n-trials must be in [1, 100000]", 2);
+  const double target = absl::GetFlag(FLAGS_target);
+  if (!(target >= 0 && target <= 1)) Die("--target must be in [0, 1]", 2);
+  const int64_t concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (concurrency < 1 || concurrency > 1024) Die("--concurrency must be in [1, 1024]", 2);
+  if (opt.max_new_tokens < 1 || opt.max_new_tokens > std::numeric_limits<uint32_t>::max()) {
+    Die("--max-new-tokens must be in [1, 2^32)", 2);
+  }
+  if (!(opt.deadline_s >= 0)) Die("--deadline-s must be >= 0 (0 = none)", 2);
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+
+  auto channel = pdserve::MakeChannel(opt.router);
+  auto stub = pdserve::v1::Generator::NewStub(channel);
+
+  // Size one prompt per length (the filler is the same for all its trials;
+  // only the passkey's digits change, which a BPE may split into a token more
+  // or less: each trial's own count is recorded), then build every prompt.
+  std::vector<Trial> trials;
+  for (int64_t length : *lengths) {
+    absl::StatusOr<std::vector<int>> keys = pdserve::DrawPasskeys(n_trials, seed, length);
+    if (!keys.ok()) Die(keys.status(), 2);
+    int calls = 0;
+    const pdserve::TokenCounter counter = [&](const std::string& text) {
+      return CountTokens(stub.get(), opt.deadline_s, text);
+    };
+    absl::StatusOr<pdserve::PasskeyPrompt> sized = pdserve::SizePasskeyPrompt(
+        length, position->depth, pdserve::FormatPasskey(keys->front()), counter, &calls);
+    if (!sized.ok()) {
+      if (sized.status().code() == absl::StatusCode::kInvalidArgument) {
+        Die(absl::StrCat("--context-lengths: ", sized.status().message()), 2);
+      }
+      Die(absl::StrCat("cannot size the prompts through the router at ", opt.router, ": ", sized.status().message()),
+          1);
+    }
+    std::fprintf(stderr, "pdserve-passkey: length %lld: %lld prompt tokens (%lld filler words), %d Tokenize calls\n",
+                 static_cast<long long>(length), static_cast<long long>(sized->tokens),
+                 static_cast<long long>(sized->filler_words), calls);
+    for (int i = 0; i < static_cast<int>(keys->size()); ++i) {
+      Trial t;
+      t.context_length = length;
+      t.index = i;
+      t.passkey = pdserve::FormatPasskey((*keys)[i]);
+      t.prompt = pdserve::BuildPasskeyPrompt(length, sized->filler_words, position->depth, t.passkey);
+      trials.push_back(std::move(t));
+    }
+  }
+
+  // A fixed pool of workers pulls trials in order; each runs one sync stream.
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t done = 0;
+  std::vector<std::thread> workers;
+  const size_t n_workers = std::min<size_t>(static_cast<size_t>(concurrency), trials.size());
+  const Clock::time_point run_start = Clock::now();
+  for (size_t w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next.fetch_add(1); i < trials.size(); i = next.fetch_add(1)) {
+        RunTrial(stub.get(), opt, &trials[i]);
+        std::lock_guard<std::mutex> lock(mu);
+        ++done;
+        cv.notify_all();
+      }
+    });
+  }
+  // Progress: a line redrawn in place on a terminal; in logs, one every 5 s.
+  const bool tty = isatty(fileno(stderr));
+  const auto period = tty ? std::chrono::milliseconds(250) : std::chrono::milliseconds(5000);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    Clock::time_point last_print = Clock::now();
+    while (done < trials.size()) {
+      // Until the next print is due: a finished trial wakes the wait early
+      // (to redraw on a terminal) without pushing the next log line back.
+      cv.wait_until(lock, last_print + period);
+      const Clock::time_point now = Clock::now();
+      if (done < trials.size() && (tty || now - last_print >= period)) {
+        const double elapsed = std::chrono::duration<double>(now - run_start).count();
+        const std::string line = ProgressLine(done, trials.size(), elapsed);
+        std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line.c_str());
+        last_print = now;
+      }
+    }
+  }
+  for (std::thread& w : workers) w.join();
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
+  std::fprintf(stderr, tty ? "\r%s\033[K\n" : "%s\n", ProgressLine(trials.size(), trials.size(), elapsed_s).c_str());
+
+  // Per-length summary.
+  struct Row {
+    pdserve::LengthOutcome outcome;
+    double prompt_tokens_median = 0;
+    double p50 = 0, p90 = 0, ttft50 = 0;
+    std::string first_error;
+  };
+  std::vector<Row> rows;
+  int64_t failed_total = 0;
+  for (int64_t length : *lengths) {
+    Row r;
+    r.outcome.context_length = length;
+    std::vector<double> latency, ttft, prompt_tokens;
+    for (const Trial& t : trials) {
+      if (t.context_length != length) continue;
+      ++r.outcome.trials;
+      if (t.prompt_tokens >= 0) prompt_tokens.push_back(static_cast<double>(t.prompt_tokens));
+      if (t.failed) {
+        ++r.outcome.failed;
+        if (r.first_error.empty()) r.first_error = t.error;
+        continue;
+      }
+      if (t.correct) ++r.outcome.correct;
+      if (t.extracted) ++r.outcome.answers_with_number;
+      latency.push_back(t.latency_ms);
+      if (t.ttft_ms) ttft.push_back(*t.ttft_ms);
+    }
+    r.prompt_tokens_median = pdserve::Quantile(prompt_tokens, 0.5);
+    r.p50 = pdserve::Quantile(latency, 0.5);
+    r.p90 = pdserve::Quantile(latency, 0.9);
+    r.ttft50 = pdserve::Quantile(ttft, 0.5);
+    failed_total += r.outcome.failed;
+    rows.push_back(std::move(r));
+  }
+
+  std::printf("passkey retrieval, position %s (depth %.3g), %lld trials per length, greedy, max_new_tokens %lld, "
+              "seed %llu\n",
+              position->name.c_str(), position->depth, static_cast<long long>(n_trials),
+              static_cast<long long>(opt.max_new_tokens), static_cast<unsigned long long>(seed));
+  std::printf("%8s %8s %6s %6s %7s %8s %15s %7s %10s %10s %10s\n", "length", "prompt", "trials", "failed", "correct",
+              "accuracy", "95% CI (Wilson)", "5-digit", "p50 ms", "p90 ms", "TTFT p50");
+  for (const Row& r : rows) {
+    const pdserve::LengthOutcome& o = r.outcome;
+    const pdserve::Interval ci = pdserve::WilsonInterval(o.correct, o.trials);
+    const std::string prompt_tokens = r.prompt_tokens_median == r.prompt_tokens_median
+                                          ? absl::StrCat(static_cast<int64_t>(r.prompt_tokens_median))
+                                          : "-";  // NaN: no trial could be counted
+    std::printf("%8lld %8s %6lld %6lld %7lld %7.1f%% %15s %7lld %10s %10s %10s\n",
+                static_cast<long long>(o.context_length), prompt_tokens.c_str(),
+                static_cast<long long>(o.trials), static_cast<long long>(o.failed), static_cast<long long>(o.correct),
+                o.trials ? 100.0 * static_cast<double>(o.correct) / static_cast<double>(o.trials) : 0.0,
+                absl::StrFormat("%.1f-%.1f%%", 100 * ci.low, 100 * ci.high).c_str(),
+                static_cast<long long>(o.answers_with_number), Ms(r.p50).c_str(), Ms(r.p90).c_str(),
+                Ms(r.ttft50).c_str());
+  }
+  for (const Row& r : rows) {
+    if (r.outcome.failed > 0) {
+      std::printf("length %lld: %lld of %lld trials failed; first error: %s\n",
+                  static_cast<long long>(r.outcome.context_length), static_cast<long long>(r.outcome.failed),
+                  static_cast<long long>(r.outcome.trials), r.first_error.c_str());
+    }
+  }
+  // The headline is the largest length: the claim a long-context model makes.
+  const Row& largest = *std::max_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.outcome.context_length < b.outcome.context_length;
+  });
+  const pdserve::Verdict verdict = pdserve::JudgePasskey(largest.outcome, target, position->name);
+  std::printf("%s\n", verdict.line.c_str());
+  std::fflush(stdout);
+
+  if (!json_out.empty()) {
+    using nlohmann::ordered_json;
+    ordered_json j;
+    j["router"] = opt.router;
+    j["position"] = position->name;
+    j["depth"] = position->depth;
+    j["seed"] = seed;
+    j["n_trials"] = n_trials;
+    j["target"] = target;
+    j["max_new_tokens"] = opt.max_new_tokens;
+    j["elapsed_s"] = elapsed_s;
+    j["lengths"] = ordered_json::array();
+    for (const Row& r : rows) {
+      const pdserve::LengthOutcome& o = r.outcome;
+      const pdserve::Interval ci = pdserve::WilsonInterval(o.correct, o.trials);
+      // NaN (no successful trial) is written as null.
+      j["lengths"].push_back({{"context_length", o.context_length},
+                              {"trials", o.trials},
+                              {"failed", o.failed},
+                              {"correct", o.correct},
+                              {"accuracy", static_cast<double>(o.correct) / static_cast<double>(o.trials)},
+                              {"ci95_low", ci.low},
+                              {"ci95_high", ci.high},
+                              {"answers_with_5_digits", o.answers_with_number},
+                              {"latency_ms_p50", r.p50},
+                              {"latency_ms_p90", r.p90},
+                              {"ttft_ms_p50", r.ttft50},
+                              {"first_error", NullIfEmpty(r.first_error)}});
+    }
+    j["headline"] = {
+        {"context_length", largest.outcome.context_length}, {"pass", verdict.pass}, {"line", verdict.line}};
+    j["trials"] = ordered_json::array();
+    for (const Trial& t : trials) {
+      auto opt_num = [](int64_t v) { return v >= 0 ? ordered_json(v) : ordered_json(nullptr); };
+      j["trials"].push_back({{"context_length", t.context_length},
+                             {"trial", t.index},
+                             {"prompt_tokens", opt_num(t.prompt_tokens)},
+                             {"usage_prompt_tokens", opt_num(t.usage_prompt_tokens)},
+                             {"position", position->name},
+                             {"depth", position->depth},
+                             {"filler_words", t.prompt.filler_words},
+                             {"filler_words_before", t.prompt.filler_words_before},
+                             {"passkey", t.passkey},
+                             {"answer_text", t.answer},
+                             {"extracted", t.extracted ? ordered_json(*t.extracted) : ordered_json(nullptr)},
+                             {"correct", t.correct},
+                             {"ttft_ms", t.ttft_ms ? ordered_json(*t.ttft_ms) : ordered_json(nullptr)},
+                             {"latency_ms", t.latency_ms},
+                             {"tokens", t.tokens},
+                             {"finish_reason", NullIfEmpty(t.finish_reason)},
+                             {"error", t.failed ? ordered_json(t.error) : ordered_json(nullptr)}});
+    }
+    std::ofstream out(json_out);
+    // The router sends whole UTF-8 characters; replace rather than throw if not.
+    out << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+    out.close();
+    if (!out) Die(absl::StrCat("cannot write --json-out ", json_out), 1);
+    std::fprintf(stderr, "pdserve-passkey: wrote %zu trials to %s\n", trials.size(), json_out.c_str());
+  }
+
+  if (failed_total == static_cast<int64_t>(trials.size())) {
+    Die(absl::StrCat("every trial failed (", failed_total, " RPC errors; see the table)"), 1);
+  }
+  if (absl::GetFlag(FLAGS_require_target) && !verdict.pass) {
+    Die(absl::StrCat("--require-target: the largest length (", largest.outcome.context_length,
+                     " tokens) missed the target"),
+        3);
+  }
+  return 0;
+}

@@ -1,0 +1,843 @@
+#include "common/tokenizer/bpe_tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Ids index a dense table; a hostile file with id 4e9 must not allocate 4e9
+// entries. 2^24 is 60x LLaMA-3's vocabulary.
+constexpr uint64_t kMaxTokenId = (uint64_t{1} << 24) - 1;
+
+// The pre-tokenizer regex ByteLevel(use_regex=true) applies (GPT-2's).
+constexpr char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// Oniguruma's \s (what HF runs) is Unicode White_Space; PCRE2's UCP \s
+// also takes U+180E (via \h). Spelling \s out keeps PCRE2 on HF's side.
+constexpr char kWhiteSpaceItems[] =
+    R"(\t-\r\x20\x85\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// Rewrites \s and \S in a PCRE2 pattern to Oniguruma's White_Space set. A
+// \S inside a character class cannot be spelled out and is left alone, and
+// so is any pattern using \Q...\E quoting; neither occurs in known files.
+std::string WithOnigurumaSpaces(const std::string& pattern) {
+  if (pattern.find("\\Q") != std::string::npos) return pattern;
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      ++i;
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpaceItems) : absl::StrCat("[", kWhiteSpaceItems, "]");
+      } else if (e == 'S' && !in_class) {
+        out += absl::StrCat("[^", kWhiteSpaceItems, "]");
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    out += c;
+    if (!in_class && c == '[') {
+      in_class = true;
+      // A ']' right after '[' or '[^' is a literal member, not the end.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+    } else if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      // A POSIX class such as [:alpha:] inside a class: copy it whole.
+      const size_t end = pattern.find(":]", i + 2);
+      if (end != std::string::npos) {
+        out.append(pattern, i + 1, end + 2 - (i + 1));
+        i = end + 1;
+      }
+    } else if (in_class && c == ']') {
+      in_class = false;
+    }
+  }
+  return out;
+}
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the
+// other 68 bytes to U+0100.. in byte order, so every byte is a visible char.
+std::array<uint32_t, 256> ByteToCodePoint() {
+  std::array<uint32_t, 256> map{};
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    map[b] = printable ? static_cast<uint32_t>(b) : next++;
+  }
+  return map;
+}
+
+// Inverse of ByteToCodePoint over code points 0..323; -1 where none maps.
+std::array<int, 324> CodePointToByte() {
+  std::array<int, 324> inv;
+  inv.fill(-1);
+  const std::array<uint32_t, 256> fwd = ByteToCodePoint();
+  for (int b = 0; b < 256; ++b) inv[fwd[b]] = b;
+  return inv;
+}
+
+// Decodes one well-formed UTF-8 sequence at text[pos]; returns its length
+// and sets *cp, or 0 when the bytes there are not well formed (Unicode's
+// table: no overlongs, surrogates or code points past U+10FFFF).
+size_t DecodeUtf8(absl::string_view text, size_t pos, uint32_t* cp) {
+  const auto b0 = static_cast<unsigned char>(text[pos]);
+  if (b0 < 0x80) {
+    *cp = b0;
+    return 1;
+  }
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (pos + len > text.size()) return 0;
+  uint32_t value = b0 & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) {
+    const auto b = static_cast<unsigned char>(text[pos + k]);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+    value = (value << 6) | (b & 0x3F);
+  }
+  *cp = value;
+  return len;
+}
+
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+size_t FirstInvalidUtf8(absl::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    // ASCII fast path: most prompts are mostly ASCII.
+    if (static_cast<unsigned char>(text[pos]) < 0x80) {
+      ++pos;
+      continue;
+    }
+    uint32_t cp;
+    const size_t len = DecodeUtf8(text, pos, &cp);
+    if (len == 0) return pos;
+    pos += len;
+  }
+  return absl::string_view::npos;
+}
+
+// Unicode White_Space (what Rust's char::is_whitespace tests), for added
+// tokens' lstrip/rstrip.
+bool IsWhiteSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+absl::string_view TrimLeadingWhiteSpace(absl::string_view s) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    uint32_t cp;
+    const size_t len = DecodeUtf8(s, pos, &cp);
+    if (len == 0 || !IsWhiteSpace(cp)) break;
+    pos += len;
+  }
+  return s.substr(pos);
+}
+
+absl::string_view TrimTrailingWhiteSpace(absl::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;  // back up to the lead byte
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    uint32_t cp;
+    if (DecodeUtf8(s, start, &cp) != end - start || !IsWhiteSpace(cp)) break;
+    end = start;
+  }
+  return s.substr(0, end);
+}
+
+size_t Utf8Length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xF0) return 4;
+  if (lead >= 0xE0) return 3;
+  return 2;
+}
+
+// A JSON value for error messages, cut short.
+std::string Show(const json& j) {
+  std::string s = j.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+// Optional boolean field; absent or null gives `fallback`.
+absl::Status ReadBool(const json& obj, const char* key, const std::string& where, bool fallback, bool* out) {
+  *out = fallback;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return Bad(absl::StrCat(where, ".", key, " must be a boolean, found ", Show(*it)));
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+// Optional string field; absent or null gives "".
+absl::Status ReadString(const json& obj, const char* key, const std::string& where, std::string* out) {
+  out->clear();
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_string()) return Bad(absl::StrCat(where, ".", key, " must be a string, found ", Show(*it)));
+  *out = it->get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadId(const json& value, const std::string& where, uint32_t* out) {
+  if (!value.is_number_unsigned() && !(value.is_number_integer() && value.get<int64_t>() >= 0)) {
+    return Bad(absl::StrCat(where, " must be a non-negative integer id, found ", Show(value)));
+  }
+  const uint64_t id = value.get<uint64_t>();
+  if (id > kMaxTokenId) return Bad(absl::StrCat(where, " is ", id, ", above the supported maximum ", kMaxTokenId));
+  *out = static_cast<uint32_t>(id);
+  return absl::OkStatus();
+}
+
+uint64_t PairKey(uint32_t left, uint32_t right) { return (uint64_t{left} << 32) | right; }
+
+}  // namespace
+
+struct BpeTokenizer::Regex {
+  pcre2_code* code = nullptr;
+  ~Regex() { pcre2_code_free(code); }
+};
+
+struct BpeTokenizer::Step {
+  enum class Kind { kSplit, kByteLevel };
+  Kind kind = Kind::kSplit;
+  std::unique_ptr<Regex> regex;  // Split's pattern, or GPT-2's for ByteLevel(use_regex)
+  bool add_prefix_space = false;
+};
+
+// Everything one Encode call mutates, so the tokenizer itself stays const
+// and shareable across threads.
+struct BpeTokenizer::Scratch {
+  pcre2_match_data* match = nullptr;
+  pcre2_match_context* context = nullptr;  // only once a bigger JIT stack is needed
+  pcre2_jit_stack* jit_stack = nullptr;
+  // Pieces built by ByteLevel's prefix space; a deque keeps views valid.
+  std::deque<std::string> owned;
+  // Per-call word cache: text is prose, so words repeat; the ids of a word
+  // are stored once in cache_ids as (offset, count).
+  absl::flat_hash_map<absl::string_view, std::pair<uint32_t, uint32_t>> cache;
+  std::vector<uint32_t> cache_ids;
+  // BPE buffers, reused across words.
+  struct Symbol {
+    uint32_t id;
+    int32_t prev;
+    int32_t next;
+    uint32_t len;  // bytes covered; 0 once merged into its left neighbour
+  };
+  struct Candidate {
+    uint32_t rank;
+    int32_t pos;
+    uint32_t new_id;
+    // std::push_heap keeps a max-heap: "less" means lower priority, i.e. a
+    // higher rank, then a later position (HF merges the leftmost first).
+    bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> heap;
+
+  Scratch() { match = pcre2_match_data_create(1, nullptr); }
+  ~Scratch() {
+    pcre2_match_data_free(match);
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(jit_stack);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+BpeTokenizer::BpeTokenizer() { byte_id_.fill(-1); }
+BpeTokenizer::~BpeTokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(absl::string_view json_text, int64_t vocab_size) {
+  std::unique_ptr<BpeTokenizer> tok(new BpeTokenizer());
+  absl::Status status = tok->Load(json_text, vocab_size);
+  if (!status.ok()) return status;
+  return tok;
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromFile(const std::string& path, int64_t vocab_size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read tokenizer file ", path));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading tokenizer file ", path));
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = FromJson(buf.str(), vocab_size);
+  if (!tok.ok()) return absl::Status(tok.status().code(), absl::StrCat(path, ": ", tok.status().message()));
+  return tok;
+}
+
+absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size) {
+  int64_t max_vocab = 0;  // highest model.vocab id + 1
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat("tokenizer.json is not valid JSON: ", e.what()));
+  }
+  // nlohmann throws type_error on a wrong-typed access; every access below is
+  // checked, but keep a net so a missed case is an error, not an abort.
+  try {
+    if (!root.is_object()) return Bad("tokenizer.json must be a JSON object");
+
+    // --- model ---
+    auto model_it = root.find("model");
+    if (model_it == root.end() || !model_it->is_object()) return Bad("tokenizer.json has no 'model' object");
+    const json& model = *model_it;
+    std::string type;
+    if (absl::Status s = ReadString(model, "type", "model", &type); !s.ok()) return s;
+    if (!type.empty() && type != "BPE") {
+      return Bad(absl::StrCat("model.type is '", type, "'; only 'BPE' is supported"));
+    }
+    if (auto it = model.find("dropout");
+        it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0)) {
+      return Bad(absl::StrCat("model.dropout is ", Show(*it), "; BPE dropout is not supported"));
+    }
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      std::string value;
+      if (absl::Status s = ReadString(model, key, "model", &value); !s.ok()) return s;
+      if (!value.empty()) return Bad(absl::StrCat("model.", key, " is '", value, "'; it is not supported"));
+    }
+    bool byte_fallback = false;
+    if (absl::Status s = ReadBool(model, "byte_fallback", "model", false, &byte_fallback); !s.ok()) return s;
+    if (byte_fallback) return Bad("model.byte_fallback is true; it is not supported (use a ByteLevel tokenizer)");
+    if (absl::Status s = ReadBool(model, "ignore_merges", "model", false, &ignore_merges_); !s.ok()) return s;
+    if (absl::Status s = ReadBool(model, "fuse_unk", "model", false, &fuse_unk_); !s.ok()) return s;
+
+    auto vocab_it = model.find("vocab");
+    if (vocab_it == model.end()) return Bad("model.vocab is missing");
+    if (!vocab_it->is_object())
+      return Bad(absl::StrCat("model.vocab must be an object {token: id}, found ", Show(*vocab_it)));
+    if (vocab_it->empty()) return Bad("model.vocab is empty");
+
+    // Pass 1: ids and the string -> id map the merges are written in.
+    absl::flat_hash_map<absl::string_view, uint32_t> text_to_id;
+    text_to_id.reserve(vocab_it->size());
+    uint32_t max_vocab_id = 0;
+    for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
+      uint32_t id;
+      if (absl::Status s = ReadId(it.value(), absl::StrCat("model.vocab['", it.key(), "']"), &id); !s.ok()) return s;
+      text_to_id.emplace(it.key(), id);
+      max_vocab_id = std::max(max_vocab_id, id);
+    }
+    max_vocab = int64_t{max_vocab_id} + 1;
+
+    // --- added tokens (ids may extend past model.vocab) ---
+    uint32_t max_id = max_vocab_id;
+    if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
+      if (!it->is_array()) return Bad(absl::StrCat("added_tokens must be an array, found ", Show(*it)));
+      for (size_t i = 0; i < it->size(); ++i) {
+        const json& t = (*it)[i];
+        const std::string where = absl::StrCat("added_tokens[", i, "]");
+        if (!t.is_object()) return Bad(absl::StrCat(where, " must be an object, found ", Show(t)));
+        AddedToken added;
+        auto id_it = t.find("id");
+        if (id_it == t.end()) return Bad(absl::StrCat(where, ".id is missing"));
+        if (absl::Status s = ReadId(*id_it, where + ".id", &added.id); !s.ok()) return s;
+        if (absl::Status s = ReadString(t, "content", where, &added.content); !s.ok()) return s;
+        if (added.content.empty()) return Bad(absl::StrCat(where, ".content is missing or empty"));
+        if (FirstInvalidUtf8(added.content) != absl::string_view::npos) {
+          return Bad(absl::StrCat(where, ".content is not valid UTF-8"));
+        }
+        if (absl::Status s = ReadBool(t, "special", where, false, &added.special); !s.ok()) return s;
+        if (absl::Status s = ReadBool(t, "lstrip", where, false, &added.lstrip); !s.ok()) return s;
+        if (absl::Status s = ReadBool(t, "rstrip", where, false, &added.rstrip); !s.ok()) return s;
+        max_id = std::max(max_id, added.id);
+        added_.push_back(std::move(added));
+      }
+    }
+
+    // Pass 2: per-id bytes. A token written in GPT-2 characters decodes to
+    // the bytes they stand for; one with any other character decodes to its
+    // own UTF-8, as HF's ByteLevel decoder does, and encode never reaches it.
+    const std::array<int, 324> char_to_byte = CodePointToByte();
+    token_bytes_.assign(static_cast<size_t>(max_id) + 1, std::string());
+    special_.assign(static_cast<size_t>(max_id) + 1, false);
+    std::vector<bool> seen(static_cast<size_t>(max_vocab_id) + 1, false);
+    for (const auto& [text, id] : text_to_id) {
+      if (seen[id]) return Bad(absl::StrCat("model.vocab gives id ", id, " to more than one token"));
+      seen[id] = true;
+      std::string bytes;
+      bool byte_level = true;
+      for (size_t pos = 0; pos < text.size();) {
+        uint32_t cp;
+        const size_t len = DecodeUtf8(text, pos, &cp);
+        if (len == 0) return Bad(absl::StrCat("model.vocab token with id ", id, " is not valid UTF-8"));
+        if (cp >= char_to_byte.size() || char_to_byte[cp] < 0) {
+          byte_level = false;
+          break;
+        }
+        bytes.push_back(static_cast<char>(char_to_byte[cp]));
+        pos += len;
+      }
+      if (!byte_level) {
+        token_bytes_[id] = std::string(text);
+        continue;
+      }
+      if (bytes.size() == 1) byte_id_[static_cast<unsigned char>(bytes[0])] = id;
+      token_bytes_[id] = bytes;
+      bytes_to_id_.emplace(std::move(bytes), id);
+    }
+
+    std::string unk;
+    if (absl::Status s = ReadString(model, "unk_token", "model", &unk); !s.ok()) return s;
+    if (!unk.empty()) {
+      auto it = text_to_id.find(unk);
+      if (it == text_to_id.end()) return Bad(absl::StrCat("model.unk_token '", unk, "' is not in model.vocab"));
+      unk_id_ = it->second;
+    }
+
+    // --- merges: "a b" strings or [a, b] pairs; rank = position ---
+    auto merges_it = model.find("merges");
+    if (merges_it == model.end()) return Bad("model.merges is missing (an empty list is allowed)");
+    if (!merges_it->is_array()) return Bad(absl::StrCat("model.merges must be an array, found ", Show(*merges_it)));
+    merges_.reserve(merges_it->size());
+    std::string joined;
+    for (size_t rank = 0; rank < merges_it->size(); ++rank) {
+      const json& m = (*merges_it)[rank];
+      const std::string where = absl::StrCat("model.merges[", rank, "]");
+      absl::string_view left, right;
+      if (m.is_string()) {
+        const std::string& s = m.get_ref<const std::string&>();
+        const size_t space = s.find(' ');
+        // Exactly one space, as HF requires.
+        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+          return Bad(absl::StrCat(where, " is ", Show(m), "; expected two tokens separated by one space"));
+        }
+        left = absl::string_view(s).substr(0, space);
+        right = absl::string_view(s).substr(space + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        left = m[0].get_ref<const std::string&>();
+        right = m[1].get_ref<const std::string&>();
+      } else {
+        return Bad(absl::StrCat(where, " is ", Show(m), "; expected \"a b\" or [\"a\", \"b\"]"));
+      }
+      auto l = text_to_id.find(left);
+      auto r = text_to_id.find(right);
+      joined.assign(left.data(), left.size());
+      joined.append(right.data(), right.size());
+      auto n = text_to_id.find(joined);
+      for (const auto& [found, part] :
+           {std::make_pair(l != text_to_id.end(), left), std::make_pair(r != text_to_id.end(), right),
+            std::make_pair(n != text_to_id.end(), absl::string_view(joined))}) {
+        if (!found) return Bad(absl::StrCat(where, " (", Show(m), ") uses '", part, "', which is not in model.vocab"));
+      }
+      // A repeated pair keeps the later rank, as HF's HashMap collect does.
+      merges_[PairKey(l->second, r->second)] = Merge{static_cast<uint32_t>(rank), n->second};
+    }
+
+    // --- normalizer ---
+    if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
+      const std::string what = it->is_object() && it->contains("type") ? Show((*it)["type"]) : Show(*it);
+      return Bad(absl::StrCat("normalizer ", what, " is not supported (only null)"));
+    }
+
+    // --- pre_tokenizer: [Split...] then ByteLevel ---
+    auto pre_it = root.find("pre_tokenizer");
+    if (pre_it == root.end() || !pre_it->is_object()) {
+      return Bad("pre_tokenizer is missing; a byte-level BPE needs a ByteLevel pre-tokenizer");
+    }
+    std::vector<const json*> pre_steps;
+    std::string pre_type;
+    if (absl::Status s = ReadString(*pre_it, "type", "pre_tokenizer", &pre_type); !s.ok()) return s;
+    if (pre_type == "Sequence") {
+      auto list = pre_it->find("pretokenizers");
+      if (list == pre_it->end() || !list->is_array()) return Bad("pre_tokenizer.pretokenizers must be an array");
+      for (const json& p : *list) pre_steps.push_back(&p);
+    } else {
+      pre_steps.push_back(&*pre_it);
+    }
+    bool have_byte_level = false;
+    for (size_t i = 0; i < pre_steps.size(); ++i) {
+      const json& p = *pre_steps[i];
+      const std::string where =
+          pre_type == "Sequence" ? absl::StrCat("pre_tokenizer.pretokenizers[", i, "]") : std::string("pre_tokenizer");
+      if (!p.is_object()) return Bad(absl::StrCat(where, " must be an object"));
+      std::string ptype;
+      if (absl::Status s = ReadString(p, "type", where, &ptype); !s.ok()) return s;
+      if (have_byte_level) return Bad(absl::StrCat(where, " (", ptype, ") after ByteLevel is not supported"));
+      Step step;
+      std::string pattern;
+      uint32_t options = PCRE2_UTF | PCRE2_UCP;
+      if (ptype == "Split") {
+        std::string behavior;
+        if (absl::Status s = ReadString(p, "behavior", where, &behavior); !s.ok()) return s;
+        if (behavior != "Isolated") {
+          return Bad(absl::StrCat(where, ".behavior is '", behavior, "'; only 'Isolated' is supported"));
+        }
+        bool invert = false;
+        if (absl::Status s = ReadBool(p, "invert", where, false, &invert); !s.ok()) return s;
+        if (invert) return Bad(absl::StrCat(where, ".invert is true; it is not supported"));
+        auto pat = p.find("pattern");
+        if (pat != p.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string()) {
+          pattern = (*pat)["Regex"].get<std::string>();
+        } else if (pat != p.end() && pat->is_object() && pat->contains("String") && (*pat)["String"].is_string()) {
+          pattern = (*pat)["String"].get<std::string>();
+          options = PCRE2_UTF | PCRE2_LITERAL;  // PCRE2 refuses UCP with LITERAL
+        } else {
+          return Bad(absl::StrCat(where, ".pattern must be {\"Regex\": ...} or {\"String\": ...}"));
+        }
+        if (pattern.empty()) return Bad(absl::StrCat(where, ".pattern is empty"));
+        step.kind = Step::Kind::kSplit;
+      } else if (ptype == "ByteLevel") {
+        bool use_regex = true;
+        if (absl::Status s = ReadBool(p, "use_regex", where, true, &use_regex); !s.ok()) return s;
+        if (absl::Status s = ReadBool(p, "add_prefix_space", where, false, &step.add_prefix_space); !s.ok()) {
+          return s;
+        }
+        if (use_regex) pattern = kGpt2Pattern;
+        step.kind = Step::Kind::kByteLevel;
+        have_byte_level = true;
+      } else {
+        return Bad(absl::StrCat(where, ".type is '", ptype, "'; only Split and ByteLevel are supported"));
+      }
+      if (!pattern.empty()) {
+        if ((options & PCRE2_LITERAL) == 0) pattern = WithOnigurumaSpaces(pattern);
+        int error = 0;
+        PCRE2_SIZE offset = 0;
+        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
+                                         &offset, nullptr);
+        if (code == nullptr) {
+          PCRE2_UCHAR message[256];
+          pcre2_get_error_message(error, message, sizeof(message));
+          return Bad(absl::StrCat(where, ".pattern does not compile at offset ", offset, ": ",
+                                  reinterpret_cast<const char*>(message)));
+        }
+        step.regex = std::make_unique<Regex>();
+        step.regex->code = code;
+        // JIT is ~10x faster; without it (unsupported CPU) pcre2_match
+        // falls back to the interpreter on its own.
+        pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+      }
+      steps_.push_back(std::move(step));
+    }
+    if (!have_byte_level) return Bad("pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+
+    // --- decoder ---
+    if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
+      std::string dtype;
+      if (!it->is_object()) return Bad("decoder must be an object");
+      if (absl::Status s = ReadString(*it, "type", "decoder", &dtype); !s.ok()) return s;
+      if (dtype != "ByteLevel") return Bad(absl::StrCat("decoder.type is '", dtype, "'; only ByteLevel is supported"));
+    }
+
+    // Added tokens last: they override any model.vocab entry with their id.
+    for (size_t i = 0; i < added_.size(); ++i) {
+      const AddedToken& t = added_[i];
+      token_bytes_[t.id] = t.content;
+      special_[t.id] = t.special;
+      if (trie_.empty()) trie_.emplace_back();
+      int32_t node = 0;
+      for (const char c : t.content) {
+        const auto b = static_cast<unsigned char>(c);
+        auto next = trie_[node].next.find(b);
+        if (next == trie_[node].next.end()) {
+          trie_.emplace_back();
+          next = trie_[node].next.emplace(b, static_cast<int32_t>(trie_.size() - 1)).first;
+        }
+        node = next->second;
+      }
+      trie_[node].token = static_cast<int32_t>(i);  // a repeated content: the later entry wins
+      added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
+    }
+  } catch (const json::exception& e) {
+    return Bad(absl::StrCat("tokenizer.json has an unexpected structure: ", e.what()));
+  }
+
+  // The model must score every id of model.vocab (plain text's ids); added
+  // tokens past it are checked when the text contains them.
+  if (vocab_size == 0) {
+    vocab_size_ = num_tokens();
+  } else if (vocab_size < max_vocab) {
+    return Bad(
+        absl::StrCat("vocab_size ", vocab_size, " is smaller than the tokenizer's model.vocab (", max_vocab, " ids)"));
+  } else if (vocab_size > (int64_t{1} << 32)) {
+    return Bad(absl::StrCat("vocab_size ", vocab_size, " does not fit uint32_t ids"));
+  } else {
+    vocab_size_ = vocab_size;
+  }
+  return absl::OkStatus();
+}
+
+int32_t BpeTokenizer::MatchAdded(absl::string_view text, size_t pos) const {
+  int32_t node = 0;
+  int32_t best = -1;
+  for (size_t i = pos; i < text.size(); ++i) {
+    auto next = trie_[node].next.find(static_cast<unsigned char>(text[i]));
+    if (next == trie_[node].next.end()) break;
+    node = next->second;
+    if (trie_[node].token >= 0) best = trie_[node].token;
+  }
+  return best;
+}
+
+absl::StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(absl::string_view text) const {
+  if (const size_t bad = FirstInvalidUtf8(text); bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
+  }
+
+  // 1. Cut added tokens out of the raw text (leftmost, then longest).
+  struct Segment {
+    absl::string_view text;
+    int32_t added;  // index into added_, or -1 for plain text
+  };
+  std::vector<Segment> segments;
+  size_t plain_start = 0;
+  if (!trie_.empty()) {
+    for (size_t pos = 0; pos < text.size();) {
+      if (!added_first_byte_[static_cast<unsigned char>(text[pos])]) {
+        ++pos;
+        continue;
+      }
+      const int32_t match = MatchAdded(text, pos);
+      if (match < 0) {
+        ++pos;
+        continue;
+      }
+      segments.push_back({text.substr(plain_start, pos - plain_start), -1});
+      segments.push_back({text.substr(pos, added_[match].content.size()), match});
+      pos += added_[match].content.size();
+      plain_start = pos;
+    }
+  }
+  segments.push_back({text.substr(plain_start), -1});
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].added < 0) continue;
+    const AddedToken& t = added_[segments[i].added];
+    if (t.lstrip && i > 0) segments[i - 1].text = TrimTrailingWhiteSpace(segments[i - 1].text);
+    if (t.rstrip && i + 1 < segments.size()) segments[i + 1].text = TrimLeadingWhiteSpace(segments[i + 1].text);
+  }
+
+  // 2-3. Pre-tokenize and merge each plain segment.
+  Scratch scratch;
+  if (scratch.match == nullptr) return absl::ResourceExhaustedError("out of memory for the pre-tokenizer regex");
+  std::vector<uint32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  for (const Segment& seg : segments) {
+    if (seg.added >= 0) {
+      const AddedToken& t = added_[seg.added];
+      if (t.id >= vocab_size_) {
+        return absl::InvalidArgumentError(absl::StrCat("the text contains the token '", t.content, "' (id ", t.id,
+                                                       "), which is outside the model's vocabulary (vocab_size ",
+                                                       vocab_size_, ")"));
+      }
+      ids.push_back(t.id);
+      continue;
+    }
+    if (seg.text.empty()) continue;
+    if (absl::Status s = PreTokenize(0, seg.text, scratch, ids); !s.ok()) return s;
+  }
+  return ids;
+}
+
+absl::Status BpeTokenizer::PreTokenize(size_t step_index, absl::string_view piece, Scratch& scratch,
+                                       std::vector<uint32_t>& out) const {
+  if (piece.empty()) return absl::OkStatus();  // HF drops empty pieces
+  if (step_index == steps_.size()) return EncodeWord(piece, scratch, out);
+  const Step& step = steps_[step_index];
+  if (step.kind == Step::Kind::kByteLevel && step.add_prefix_space && piece[0] != ' ') {
+    scratch.owned.push_back(absl::StrCat(" ", piece));
+    piece = scratch.owned.back();
+  }
+  if (step.regex == nullptr) return PreTokenize(step_index + 1, piece, scratch, out);
+
+  // Isolated split: every match and every gap between matches is a piece.
+  // Empty matches follow the Oniguruma iterator HF uses: one right after the
+  // previous match is skipped by advancing a character.
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
+  const size_t n = piece.size();
+  size_t start = 0;
+  size_t prev = 0;  // end of the last emitted piece
+  size_t last_match_end = absl::string_view::npos;
+  while (start <= n) {
+    int rc = pcre2_match(step.regex->code, subject, n, start, PCRE2_NO_UTF_CHECK, scratch.match, scratch.context);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && scratch.jit_stack == nullptr) {
+      // The default 32 KiB JIT stack can run out on long runs; retry this
+      // call's matches with a growable one (up to 64 MiB).
+      scratch.jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
+      scratch.context = pcre2_match_context_create(nullptr);
+      if (scratch.jit_stack == nullptr || scratch.context == nullptr) {
+        return absl::ResourceExhaustedError("out of memory for the pre-tokenizer regex");
+      }
+      pcre2_jit_stack_assign(scratch.context, nullptr, scratch.jit_stack);
+      continue;
+    }
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("pre-tokenizer regex failed on a ", n, "-byte piece: ", reinterpret_cast<const char*>(message)));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.match);
+    const size_t ms = ov[0], me = ov[1];
+    if (ms == me && last_match_end == me) {
+      if (me >= n) break;
+      start = me + Utf8Length(static_cast<unsigned char>(piece[me]));
+      continue;
+    }
+    if (ms > prev) {
+      if (absl::Status s = PreTokenize(step_index + 1, piece.substr(prev, ms - prev), scratch, out); !s.ok()) return s;
+    }
+    if (me > ms) {
+      if (absl::Status s = PreTokenize(step_index + 1, piece.substr(ms, me - ms), scratch, out); !s.ok()) return s;
+    }
+    prev = me;
+    last_match_end = me;
+    start = me;
+  }
+  if (prev < n) return PreTokenize(step_index + 1, piece.substr(prev), scratch, out);
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeWord(absl::string_view word, Scratch& scratch, std::vector<uint32_t>& out) const {
+  // HF's ignore_merges: a piece that is itself a token is emitted whole,
+  // even where merging by rank would split it differently.
+  if (ignore_merges_) {
+    if (auto it = bytes_to_id_.find(word); it != bytes_to_id_.end()) {
+      out.push_back(it->second);
+      return absl::OkStatus();
+    }
+  }
+  if (auto it = scratch.cache.find(word); it != scratch.cache.end()) {
+    out.insert(out.end(), scratch.cache_ids.begin() + it->second.first,
+               scratch.cache_ids.begin() + it->second.first + it->second.second);
+    return absl::OkStatus();
+  }
+
+  // One symbol per byte.
+  std::vector<Scratch::Symbol>& sym = scratch.symbols;
+  sym.clear();
+  for (size_t i = 0; i < word.size(); ++i) {
+    const auto b = static_cast<unsigned char>(word[i]);
+    int64_t id = byte_id_[b];
+    if (id < 0) {
+      if (!unk_id_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("byte 0x", absl::Hex(b, absl::kZeroPad2), " has no token and the tokenizer has no unk_token"));
+      }
+      if (fuse_unk_ && !sym.empty() && sym.back().id == *unk_id_) {
+        ++sym.back().len;
+        continue;
+      }
+      id = *unk_id_;
+    }
+    const auto pos = static_cast<int32_t>(sym.size());
+    sym.push_back({static_cast<uint32_t>(id), pos - 1, pos + 1, 1});
+  }
+  if (!sym.empty()) sym.back().next = -1;
+
+  // Merge by rank with a heap, as HF's Word::merge_all: O(n log n) even for
+  // a 100 KB run of one character. Stale candidates are recognised the way
+  // HF does (the pair there no longer merges into the same token).
+  std::vector<Scratch::Candidate>& heap = scratch.heap;
+  heap.clear();
+  auto push = [&](int32_t pos) {
+    const Scratch::Symbol& left = sym[pos];
+    if (left.next < 0) return;
+    auto it = merges_.find(PairKey(left.id, sym[left.next].id));
+    if (it == merges_.end()) return;
+    heap.push_back({it->second.rank, pos, it->second.new_id});
+    std::push_heap(heap.begin(), heap.end());
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Scratch::Candidate top = heap.back();
+    heap.pop_back();
+    Scratch::Symbol& cur = sym[top.pos];
+    if (cur.len == 0 || cur.next < 0) continue;
+    Scratch::Symbol& right = sym[cur.next];
+    auto it = merges_.find(PairKey(cur.id, right.id));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    cur.id = top.new_id;
+    cur.len += right.len;
+    right.len = 0;
+    cur.next = right.next;
+    if (cur.next >= 0) sym[cur.next].prev = top.pos;
+    if (cur.prev >= 0) push(cur.prev);
+    push(top.pos);
+  }
+
+  const auto offset = static_cast<uint32_t>(scratch.cache_ids.size());
+  for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) scratch.cache_ids.push_back(sym[i].id);
+  const auto count = static_cast<uint32_t>(scratch.cache_ids.size() - offset);
+  out.insert(out.end(), scratch.cache_ids.begin() + offset, scratch.cache_ids.end());
+  scratch.cache.emplace(word, std::make_pair(offset, count));
+  return absl::OkStatus();
+}
+
+std::string BpeTokenizer::DecodeToken(uint32_t id) const {
+  if (id >= token_bytes_.size() || id >= vocab_size_ || special_[id]) return std::string();
+  return token_bytes_[id];
+}
+
+absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const uint32_t> ids, bool include_special) const {
+  IncrementalDetokenizer detok(this);
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t id = ids[i];
+    if (id >= vocab_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " at position ", i, " is not below vocab_size ", vocab_size_));
+    }
+    if (id < token_bytes_.size() && special_[id]) {
+      // Like HF, text on either side of a special token is decoded apart.
+      if (include_special) absl::StrAppend(&text, detok.Flush(), token_bytes_[id]);
+      continue;
+    }
+    text += detok.Push(id);
+  }
+  text += detok.Flush();
+  return text;
+}
+
+std::optional<uint32_t> BpeTokenizer::AddedTokenId(absl::string_view content) const {
+  // From the back: a repeated content resolves to the later entry, as in Encode.
+  for (auto it = added_.rbegin(); it != added_.rend(); ++it) {
+    if (it->content == content) return it->id;
+  }
+  return std::nullopt;
+}
+
+bool BpeTokenizer::IsSpecial(uint32_t id) const { return id < special_.size() && special_[id]; }
+
+}  // namespace pdserve

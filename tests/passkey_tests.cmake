@@ -1,0 +1,8 @@
+# pdserve-passkey: the prompt/passkey/statistics library, and an end-to-end
+# run against the local stack on a small random model.
+pdserve_test(passkey_test)
+target_link_libraries(passkey_test PRIVATE pdserve_passkey)
+
+add_test(NAME passkey_e2e_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/passkey_e2e_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(passkey_e2e_test PROPERTIES LABELS e2e TIMEOUT 600)

@@ -1,0 +1,7 @@
+# Char and BPE tokenizers. The LLaMA-3 cases read the tokenizer.json that
+# scripts/fetch_tokenizer.sh caches in .cache/tokenizers/llama3/ (or
+# $PDSERVE_LLAMA3_TOKENIZER_JSON) and skip when it is absent.
+pdserve_test(char_tokenizer_test)
+target_link_libraries(char_tokenizer_test PRIVATE pdserve_tokenizer)
+pdserve_test(bpe_tokenizer_test)
+target_link_libraries(bpe_tokenizer_test PRIVATE pdserve_tokenizer nlohmann_json::nlohmann_json)
