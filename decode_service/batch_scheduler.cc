@@ -54,11 +54,13 @@ class BatchScheduler::ReceiveSession final : public KvReceiveSession {
     ended_ = true;
     absl::StatusOr<KvHandoffState> state = decoder_.Finish();
     if (!state.ok()) {
+      owner_->m_.handoff_rejections->Increment();
       if (entry_ != nullptr) owner_->FailRequest(entry_, state.status());
       return state.status();
     }
     internal::v1::PushKvResponse ack;
     ack.set_received_bytes(decoder_.received_bytes());
+    owner_->m_.received_bytes->Increment(static_cast<double>(decoder_.received_bytes()));
     entry_->sampling = SamplingFromProto(decoder_.header().sampling());
     owner_->CompleteHandoff(entry_, std::move(*state), decoder_.first_token());
     return ack;
@@ -66,6 +68,7 @@ class BatchScheduler::ReceiveSession final : public KvReceiveSession {
 
   void AbortReceive(const absl::Status& why) override {
     ended_ = true;
+    owner_->m_.handoff_rejections->Increment();
     if (entry_ != nullptr) owner_->FailRequest(entry_, why);
   }
 
@@ -82,7 +85,47 @@ class BatchScheduler::ReceiveSession final : public KvReceiveSession {
 };
 
 BatchScheduler::BatchScheduler(const Engine* engine, BatchSchedulerOptions options)
-    : engine_(engine), options_(std::move(options)) {}
+    : engine_(engine), options_(std::move(options)) {
+  InitMetrics();
+}
+
+void BatchScheduler::InitMetrics() {
+  MetricsRegistry* r = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
+  const char* reasons[] = {"unspecified", "length", "eos", "stop"};
+  for (int i = 0; i < 4; ++i) {
+    m_.finished[i] = r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
+                                   {{"outcome", reasons[i]}});
+  }
+  m_.failed = r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
+                            {{"outcome", "error"}});
+  m_.cancelled = r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
+                               {{"outcome", "cancelled"}});
+  m_.admission_rejections = r->GetCounter("pdserve_decode_admission_rejections_total",
+                                          "Decode calls refused because the KV budget was full.");
+  m_.handoff_rejections = r->GetCounter("pdserve_kv_handoff_rejections_total",
+                                        "Hand-offs rejected or broken (bad chunk, wrong model, no admission).");
+  m_.received_bytes = r->GetCounter("pdserve_kv_received_bytes_total", "K/V payload bytes received and accepted.");
+  m_.generated_tokens = r->GetCounter("pdserve_decode_generated_tokens_total",
+                                      "Tokens generated (the prefill's first token included).");
+  m_.steps = r->GetCounter("pdserve_decode_steps_total", "Batched decode steps run.");
+  m_.batch_size = r->GetHistogram("pdserve_decode_batch_size", "Sequences per decode step.",
+                                  ExponentialBuckets(1, 2, 8));
+  m_.step_seconds = r->GetHistogram("pdserve_decode_step_seconds", "Wall time of one batched decode step.",
+                                    ExponentialBuckets(0.001, 2, 14));
+  if (options_.metrics == nullptr) return;
+  auto load = [this](auto field) { return [this, field] { return static_cast<double>((Load().*field)()); }; };
+  using L = internal::v1::GetLoadResponse;
+  r->AddCallbackGauge("pdserve_decode_active_sequences", "Sequences admitted and not yet finished.",
+                      load(&L::active_sequences));
+  r->AddCallbackGauge("pdserve_decode_waiting_sequences", "Admitted sequences still waiting for their K/V.",
+                      load(&L::queued_requests));
+  r->AddCallbackGauge("pdserve_decode_kv_bytes_used", "KV bytes reserved by live sequences.",
+                      load(&L::kv_bytes_used));
+  r->AddCallbackGauge("pdserve_decode_kv_bytes_free", "KV bytes still admissible under the budget.",
+                      load(&L::kv_bytes_free));
+  r->AddCallbackGauge("pdserve_decode_kv_bytes_allocated", "KV bytes allocated to live sequences' caches.",
+                      load(&L::kv_bytes_allocated));
+}
 
 BatchScheduler::~BatchScheduler() { Shutdown(); }
 
@@ -127,6 +170,7 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
     return absl::AlreadyExistsError(absl::StrCat("request ", request.request_id, " is already live here"));
   }
   if (reserved_bytes_ + e->reserved_bytes > options_.kv_budget_bytes) {
+    m_.admission_rejections->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV budget full: request ", request.request_id, " needs ", e->reserved_bytes, " bytes, ",
         options_.kv_budget_bytes - reserved_bytes_, " of ", options_.kv_budget_bytes, " are free"));
@@ -139,7 +183,9 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
 void BatchScheduler::Cancel(const std::string& request_id) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(request_id);
-  if (it != entries_.end()) RemoveLocked(std::shared_ptr<Entry>(it->second));
+  if (it == entries_.end()) return;
+  RemoveLocked(std::shared_ptr<Entry>(it->second));
+  m_.cancelled->Increment();
 }
 
 void BatchScheduler::RemoveLocked(const std::shared_ptr<Entry>& e) {
@@ -216,6 +262,8 @@ void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffS
   }
   // The first token goes out before the sequence can join a step, so that
   // the loop's second token never overtakes it.
+  m_.generated_tokens->Increment();
+  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
   e->sink->OnTokens({first_token}, finish);
   if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) return;
   absl::MutexLock lock(&mu_);
@@ -230,6 +278,7 @@ void BatchScheduler::FailRequest(const std::shared_ptr<Entry>& e, const absl::St
     if (e->state == Entry::State::kDone) return;
     RemoveLocked(e);
   }
+  m_.failed->Increment();
   e->sink->OnError(status);
 }
 
@@ -294,6 +343,7 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     seqs.push_back(e->seq.get());
     tokens.push_back(e->last_token);
   }
+  const absl::Time t0 = absl::Now();
   absl::StatusOr<at::Tensor> logits = engine_->DecodeStep(seqs, tokens);
   if (!logits.ok()) {
     for (const auto& e : batch) FailRequest(e, logits.status());
@@ -324,7 +374,14 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
     emit.emplace_back(e, finish);
   }
-  for (auto& [e, finish] : emit) e->sink->OnTokens({static_cast<uint32_t>(e->last_token)}, finish);
+  m_.steps->Increment();
+  m_.batch_size->Observe(static_cast<double>(batch.size()));
+  m_.step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+  m_.generated_tokens->Increment(static_cast<double>(emit.size()));
+  for (auto& [e, finish] : emit) {
+    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
+    e->sink->OnTokens({static_cast<uint32_t>(e->last_token)}, finish);
+  }
 }
 
 }  // namespace pdserve

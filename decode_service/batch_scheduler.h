@@ -27,6 +27,7 @@
 #include "common/engine/engine.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/handoff/kv_wire.h"
+#include "common/net/metrics.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
@@ -40,6 +41,8 @@ struct BatchSchedulerOptions {
   absl::Duration handoff_timeout = absl::Seconds(60);
   // The model's fingerprint, checked against every hand-off header.
   std::string model_fingerprint;
+  // Where to report metrics; nullptr = nowhere. Must outlive the scheduler.
+  MetricsRegistry* metrics = nullptr;
 };
 
 // Where a sequence's tokens go. Called on the scheduler thread: must not
@@ -105,8 +108,25 @@ class BatchScheduler final : public KvReceiver {
   // Removes an entry and its reservation (mu_ held).
   void RemoveLocked(const std::shared_ptr<Entry>& entry);
 
+  // Series in options_.metrics (or in a private registry when none).
+  struct Metrics {
+    Counter* finished[4];  // by FinishReason
+    Counter* failed;
+    Counter* cancelled;
+    Counter* admission_rejections;
+    Counter* handoff_rejections;
+    Counter* received_bytes;
+    Counter* generated_tokens;
+    Counter* steps;
+    Histogram* batch_size;
+    Histogram* step_seconds;
+  };
+  void InitMetrics();
+
   const Engine* engine_;
   const BatchSchedulerOptions options_;
+  MetricsRegistry own_metrics_;
+  Metrics m_{};
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,128 @@
+// Prometheus metrics: counters, gauges and histograms in a registry that
+// renders the text exposition format (version 0.0.4), and a small HTTP
+// server for GET /metrics. Every series name carries its unit
+// (_seconds, _bytes, _total).
+//
+// Updates are lock-free (atomics) except histograms, which take a short
+// mutex; rendering may run concurrently with updates.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pdserve {
+
+using MetricLabels = std::map<std::string, std::string>;
+
+// atomic<double>::fetch_add is C++20.
+inline void AtomicAdd(std::atomic<double>& a, double by) {
+  double cur = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(cur, cur + by, std::memory_order_relaxed)) {
+  }
+}
+
+class Counter {
+ public:
+  void Increment(double by = 1) { AtomicAdd(value_, by); }
+  double value() const { return value_.load(); }
+
+ private:
+  std::atomic<double> value_{0};
+};
+
+class Gauge {
+ public:
+  void Set(double v) { value_.store(v); }
+  void Add(double by) { AtomicAdd(value_, by); }
+  double value() const { return value_.load(); }
+
+ private:
+  std::atomic<double> value_{0};
+};
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void Observe(double v);
+  // Cumulative counts per bound (+Inf last), the sum and the count.
+  struct Snapshot {
+    std::vector<double> bounds;
+    std::vector<uint64_t> cumulative;
+    double sum = 0;
+    uint64_t count = 0;
+  };
+  Snapshot Read() const;
+
+ private:
+  const std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; +Inf last
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Bucket bounds: `count` bounds from `start`, each `factor` times the last.
+std::vector<double> ExponentialBuckets(double start, double factor, int count);
+
+class MetricsRegistry {
+ public:
+  // The same (name, labels) returns the same series. Names must be valid
+  // Prometheus names; `help` is printed once per name.
+  Counter* GetCounter(const std::string& name, const std::string& help, const MetricLabels& labels = {});
+  Gauge* GetGauge(const std::string& name, const std::string& help, const MetricLabels& labels = {});
+  Histogram* GetHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                          const MetricLabels& labels = {});
+  // A gauge read at render time (queue depths, KV bytes held elsewhere).
+  void AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> read);
+
+  // The text exposition format, families sorted by name.
+  std::string Render() const;
+
+ private:
+  enum class Kind { kCounter, kGauge, kHistogram };
+  struct Family {
+    Kind kind;
+    std::string help;
+    std::map<MetricLabels, std::unique_ptr<Counter>> counters;
+    std::map<MetricLabels, std::unique_ptr<Gauge>> gauges;
+    std::map<MetricLabels, std::unique_ptr<Histogram>> histograms;
+    std::function<double()> callback;
+  };
+  Family& GetFamily(const std::string& name, const std::string& help, Kind kind);
+
+  mutable std::mutex mu_;
+  std::map<std::string, Family> families_;
+};
+
+// Serves GET /metrics (and GET / with a pointer to it) on a port, one
+// connection at a time: Prometheus scrapes every few seconds.
+class MetricsHttpServer {
+ public:
+  // Binds `host:port` (port 0 picks one). Unavailable when it cannot bind.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
+                                                                  const MetricsRegistry* registry);
+  ~MetricsHttpServer();  // stops and joins
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(int fd, int port, const MetricsRegistry* registry);
+  void Loop();
+  void Serve(int client);
+
+  const int fd_;
+  const int port_;
+  const MetricsRegistry* registry_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace pdserve
