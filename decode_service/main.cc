@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "clients/cli_util.h"
 #include "common/net/engine_flags.h"
+#include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_service.h"
@@ -13,10 +14,12 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50052", "host:port to serve DecodeWorker
 ABSL_FLAG(int64_t, kv_budget_mb, 4096, "KV bytes (MiB) all live sequences may reserve together.");
 ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
 ABSL_FLAG(int, handoff_timeout_s, 60, "Seconds an admitted request may wait for its KV hand-off.");
+ABSL_FLAG(int, metrics_port, 9092, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish before cancelling them.");
 
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
+  pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "A pdserve decode worker.\n"
                    "Usage: pdserve-decode --model DIR [--listen 0.0.0.0:50052] [--kv-dtype f32|bf16]\n"
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
   so.max_batch = absl::GetFlag(FLAGS_max_batch);
   so.handoff_timeout = absl::Seconds(absl::GetFlag(FLAGS_handoff_timeout_s));
   so.model_fingerprint = loaded->fingerprint;
+  so.metrics = &metrics;
   if (so.kv_budget_bytes <= 0 || so.max_batch < 1) pdserve::Die("--kv-budget-mb and --max-batch must be >= 1", 2);
   pdserve::BatchScheduler scheduler(loaded->engine.get(), so);
   scheduler.Start();
@@ -38,6 +42,9 @@ int main(int argc, char** argv) {
   if (!server.ok()) pdserve::Die(server.status());
   std::fprintf(stderr, "pdserve-decode: serving on port %d (KV budget %lld MiB)\n", server->port,
                static_cast<long long>(absl::GetFlag(FLAGS_kv_budget_mb)));
+
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-decode");
+  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "pdserve-decode: signal %d, draining\n", sig);

@@ -10,6 +10,7 @@
 #include "clients/cli_util.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/engine_flags.h"
+#include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_service.h"
@@ -22,10 +23,12 @@ ABSL_FLAG(int64_t, kv_budget_mb, 2048, "Decode worker KV budget (MiB).");
 ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(bool, log_requests, false, "Print one line per finished request on stderr.");
+ABSL_FLAG(int, metrics_port, 0, "HTTP port for Prometheus /metrics of all three; 0 picks one (printed), -1 turns it off.");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
 
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
+  pdserve::MetricsRegistry metrics;  // one registry: the series names say which component
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
                    "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
   so.kv_budget_bytes = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
   so.max_batch = absl::GetFlag(FLAGS_max_batch);
   so.model_fingerprint = loaded->fingerprint;
+  so.metrics = &metrics;
   pdserve::BatchScheduler scheduler(engine, so);
   scheduler.Start();
   pdserve::DecodeService decode_service(&scheduler);
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
   auto sender = pdserve::MakeKvSender(*transport, engine->config());
   pdserve::PrefillServiceOptions po;
   po.model_fingerprint = loaded->fingerprint;
+  po.metrics = &metrics;
   pdserve::PrefillService prefill_service(engine, sender.get(), po);
   prefill_service.Start();
   auto prefill_server = pdserve::StartServer("127.0.0.1:0", {&prefill_service});
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
   pdserve::RouterOptions ro;
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   ro.log_requests = absl::GetFlag(FLAGS_log_requests);
+  ro.metrics = &metrics;
   pdserve::RouterService router(engine->config(), std::move(*tokenizer), &prefill_pool, &decode_pool, ro);
   auto router_server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {&router});
   if (!router_server.ok()) pdserve::Die(router_server.status());
@@ -86,6 +92,9 @@ int main(int argc, char** argv) {
                "Ctrl-C stops\n",
                router_server->port, prefill_address.c_str(), decode_address.c_str(),
                absl::GetFlag(FLAGS_kv_transport).c_str());
+
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-local");
+  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "pdserve-local: signal %d, stopping\n", sig);

@@ -6,6 +6,7 @@
 #include "clients/cli_util.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/engine_flags.h"
+#include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "prefill_service/prefill_service.h"
 
@@ -13,10 +14,12 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50053", "host:port to serve PrefillWorke
 ABSL_FLAG(int, max_queue, 16, "Prompts that may wait for an executor; more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, executors, 1, "Prompts prefilled at once.");
 ABSL_FLAG(std::string, kv_transport, "grpc", "KV hand-off transport: grpc.");
+ABSL_FLAG(int, metrics_port, 9091, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let running prefills finish.");
 
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
+  pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "A pdserve prefill worker.\n"
                    "Usage: pdserve-prefill --model DIR [--listen 0.0.0.0:50053] [--kv-dtype f32|bf16]\n"
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   po.max_queue = absl::GetFlag(FLAGS_max_queue);
   po.executors = absl::GetFlag(FLAGS_executors);
   po.model_fingerprint = loaded->fingerprint;
+  po.metrics = &metrics;
   if (po.max_queue < 0 || po.executors < 1) pdserve::Die("--max-queue must be >= 0 and --executors >= 1", 2);
   pdserve::PrefillService service(loaded->engine.get(), sender.get(), po);
   service.Start();
@@ -41,6 +45,9 @@ int main(int argc, char** argv) {
   auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
   if (!server.ok()) pdserve::Die(server.status());
   std::fprintf(stderr, "pdserve-prefill: serving on port %d\n", server->port);
+
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-prefill");
+  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "pdserve-prefill: signal %d, draining\n", sig);

@@ -21,7 +21,45 @@ internal::v1::KvDtype WireDtype(KvDtype d) {
 }  // namespace
 
 PrefillService::PrefillService(const Engine* engine, KvSender* sender, PrefillServiceOptions options)
-    : engine_(engine), sender_(sender), options_(std::move(options)) {}
+    : engine_(engine), sender_(sender), options_(std::move(options)) {
+  InitMetrics();
+}
+
+void PrefillService::InitMetrics() {
+  metrics_ = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
+  const auto latency = ExponentialBuckets(0.001, 2, 18);
+  prefill_seconds_ = metrics_->GetHistogram("pdserve_prefill_seconds", "Prefill compute time per prompt.", latency);
+  handoff_seconds_ = metrics_->GetHistogram(
+      "pdserve_kv_handoff_seconds", "KV hand-off from the first data chunk to the acknowledgement.", latency);
+  handoff_exposed_seconds_ = metrics_->GetHistogram(
+      "pdserve_kv_handoff_exposed_seconds", "KV hand-off time after the first token (not hidden by prefill).",
+      latency);
+  prompt_tokens_ = metrics_->GetCounter("pdserve_prefill_prompt_tokens_total", "Prompt tokens prefilled.");
+  handoff_bytes_ = metrics_->GetCounter("pdserve_kv_handoff_bytes_total", "K/V bytes handed off and acknowledged.");
+  handoff_failures_ = metrics_->GetCounter("pdserve_kv_handoff_failures_total",
+                                           "Prefills whose hand-off was rejected or broke.");
+  queue_rejections_ = metrics_->GetCounter("pdserve_prefill_queue_rejections_total",
+                                           "Prefill calls refused because the queue was full.");
+  RequestsCounter(grpc::StatusCode::OK);
+  if (options_.metrics == nullptr) return;
+  metrics_->AddCallbackGauge("pdserve_prefill_queue_depth", "Prompts waiting for an executor.", [this] {
+    absl::MutexLock lock(&mu_);
+    return static_cast<double>(queue_.size());
+  });
+  metrics_->AddCallbackGauge("pdserve_prefill_active", "Prompts being prefilled.", [this] {
+    absl::MutexLock lock(&mu_);
+    return static_cast<double>(running_);
+  });
+  metrics_->AddCallbackGauge("pdserve_prefill_kv_bytes", "KV bytes held by running prefills.", [this] {
+    absl::MutexLock lock(&mu_);
+    return static_cast<double>(kv_bytes_);
+  });
+}
+
+Counter* PrefillService::RequestsCounter(grpc::StatusCode code) {
+  return metrics_->GetCounter("pdserve_prefill_requests_total", "Prefill calls by final status code.",
+                              {{"code", GrpcCodeName(code)}});
+}
 
 PrefillService::~PrefillService() { Shutdown(); }
 
@@ -70,6 +108,8 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
       return reactor;
     }
     if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+      queue_rejections_->Increment();
+      RequestsCounter(grpc::StatusCode::RESOURCE_EXHAUSTED)->Increment();
       reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                    absl::StrCat("prefill queue full (", queue_.size(), " prompts waiting)")));
       return reactor;
@@ -112,6 +152,7 @@ void PrefillService::ExecutorLoop() {
       absl::MutexLock lock(&mu_);
       --running_;
     }
+    RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
     job.reactor->Finish(ToGrpcStatus(st));
   }
 }
@@ -134,6 +175,7 @@ absl::Status PrefillService::Run(const Job& job) {
 
   const int64_t t0 = NowNs();
   auto seq = engine_->NewSequence();
+  bool handoff_broke = false;
   PrefillHooks hooks;
   hooks.check_cancelled = [ctx]() -> absl::Status {
     if (ctx->IsCancelled()) return absl::CancelledError("the router cancelled the prefill");
@@ -141,7 +183,9 @@ absl::Status PrefillService::Run(const Job& job) {
   };
   hooks.on_layer_final = [&](int64_t layer) -> absl::Status {
     auto [k, v] = seq->cache.Get(layer);
-    return session->SendLayer(layer, k, v);
+    absl::Status st = session->SendLayer(layer, k, v);
+    handoff_broke = !st.ok();
+    return st;
   };
   absl::StatusOr<at::Tensor> logits = engine_->Prefill(seq.get(), ids, 0, &hooks);
   {
@@ -163,8 +207,19 @@ absl::Status PrefillService::Run(const Job& job) {
     kv_bytes_ -= seq->cache.AllocatedBytes();
   }
   seq.reset();  // the decode worker owns the K/V now (or the request failed)
-  RETURN_IF_ERROR(logits.status());
-  RETURN_IF_ERROR(stats.status());
+  if (!logits.ok()) {
+    if (handoff_broke) handoff_failures_->Increment();
+    return logits.status();
+  }
+  if (!stats.ok()) {
+    handoff_failures_->Increment();
+    return stats.status();
+  }
+  prompt_tokens_->Increment(static_cast<double>(ids.size()));
+  prefill_seconds_->Observe(prefill_ns * 1e-9);
+  handoff_bytes_->Increment(static_cast<double>(stats->bytes));
+  handoff_seconds_->Observe(stats->elapsed_ns * 1e-9);
+  handoff_exposed_seconds_->Observe(stats->tail_ns * 1e-9);
   job.response->set_first_token(first);
   job.response->set_prefill_ns(prefill_ns);
   job.response->set_kv_handoff_bytes(stats->bytes);

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_transfer.h"
+#include "common/net/metrics.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -24,6 +25,8 @@ struct PrefillServiceOptions {
   int max_queue = 16;   // prompts waiting beyond the ones running
   int executors = 1;    // prompts prefilled at once
   std::string model_fingerprint;
+  // Where to report metrics; nullptr = nowhere. Must outlive the service.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class PrefillService final : public internal::v1::PrefillWorker::CallbackService {
@@ -50,12 +53,23 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   };
 
   void ExecutorLoop();
+  void InitMetrics();
+  Counter* RequestsCounter(grpc::StatusCode code);
   // Prefill + hand-off of one prompt; fills the response.
   absl::Status Run(const Job& job);
 
   const Engine* engine_;
   KvSender* sender_;
   const PrefillServiceOptions options_;
+  MetricsRegistry own_metrics_;
+  MetricsRegistry* metrics_ = nullptr;
+  Histogram* prefill_seconds_ = nullptr;
+  Histogram* handoff_seconds_ = nullptr;
+  Histogram* handoff_exposed_seconds_ = nullptr;
+  Counter* prompt_tokens_ = nullptr;
+  Counter* handoff_bytes_ = nullptr;
+  Counter* handoff_failures_ = nullptr;
+  Counter* queue_rejections_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);

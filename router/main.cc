@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli_util.h"
+#include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -23,6 +24,7 @@ ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request 
 ABSL_FLAG(int, max_attempts, 3, "Placement attempts per request before UNAVAILABLE.");
 ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one healthy worker of each kind.");
 ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
+ABSL_FLAG(int, metrics_port, 9090, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
 
 namespace {
@@ -35,6 +37,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
+  pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "The pdserve router.\n"
                    "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
@@ -79,11 +82,15 @@ int main(int argc, char** argv) {
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   ro.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   ro.log_requests = absl::GetFlag(FLAGS_log_requests);
+  ro.metrics = &metrics;
   if (ro.max_attempts < 1) pdserve::Die("--max-attempts must be >= 1", 2);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, ro);
   auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
   if (!server.ok()) pdserve::Die(server.status());
   std::fprintf(stderr, "pdserve-router: serving on port %d\n", server->port);
+
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-router");
+  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "pdserve-router: signal %d, draining\n", sig);

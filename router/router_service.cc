@@ -57,6 +57,7 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
     grpc::Status st = Drive();
     if (!st.ok()) Close(st);
     if (service_->options_.log_requests) Log(st);
+    Record(st);
   }
 
  private:
@@ -93,6 +94,7 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
       bool retry = false;
       last = Attempt(attempt, &tried_decode, &tried_prefill, &retry);
       if (!retry) return last;
+      service_->retries_->Increment();
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("no worker could take the request after ", service_->options_.max_attempts,
@@ -207,6 +209,17 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
     return st;
   }
 
+  void Record(const grpc::Status& st) const {
+    service_->RequestsCounter(st.error_code())->Increment();
+    service_->prompt_tokens_->Increment(static_cast<double>(prompt_.size()));
+    service_->generated_tokens_->Increment(static_cast<double>(generated_));
+    if (!st.ok() || generated_ == 0) return;
+    const double e2e = (NowNs() - start_ns_) * 1e-9;
+    service_->ttft_seconds_->Observe(ttft_ns_ * 1e-9);
+    service_->e2e_seconds_->Observe(e2e);
+    if (generated_ > 1) service_->tpot_seconds_->Observe((e2e - ttft_ns_ * 1e-9) / (generated_ - 1));
+  }
+
   // One access-log line per request on stderr.
   void Log(const grpc::Status& st) const {
     const double ms = 1e-6;
@@ -307,7 +320,32 @@ RouterService::RouterService(const ModelConfig& config, std::unique_ptr<Tokenize
       tokenizer_(std::move(tokenizer)),
       prefill_(prefill),
       decode_(decode),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  metrics_ = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
+  const auto latency = ExponentialBuckets(0.001, 2, 18);  // 1 ms .. 131 s
+  ttft_seconds_ = metrics_->GetHistogram("pdserve_router_ttft_seconds",
+                                         "Time from the request to the first token leaving the router.", latency);
+  tpot_seconds_ = metrics_->GetHistogram("pdserve_router_tpot_seconds",
+                                         "Mean time between tokens after the first, per request.", latency);
+  e2e_seconds_ = metrics_->GetHistogram("pdserve_router_e2e_seconds", "Time from the request to its last token.",
+                                        latency);
+  prompt_tokens_ = metrics_->GetCounter("pdserve_router_prompt_tokens_total", "Prompt tokens of finished requests.");
+  generated_tokens_ = metrics_->GetCounter("pdserve_router_generated_tokens_total", "Tokens streamed to clients.");
+  retries_ = metrics_->GetCounter("pdserve_router_placement_retries_total",
+                                  "Placements retried on another worker (UNAVAILABLE or RESOURCE_EXHAUSTED).");
+  RequestsCounter(grpc::StatusCode::OK);
+  if (options_.metrics != nullptr) {
+    metrics_->AddCallbackGauge("pdserve_router_inflight_requests", "Generate calls in flight.", [this] {
+      absl::MutexLock lock(&mu_);
+      return static_cast<double>(inflight_);
+    });
+  }
+}
+
+Counter* RouterService::RequestsCounter(grpc::StatusCode code) {
+  return metrics_->GetCounter("pdserve_router_requests_total", "Generate calls by final status code.",
+                              {{"code", GrpcCodeName(code)}});
+}
 
 RouterService::~RouterService() {
   absl::MutexLock lock(&mu_);
@@ -325,12 +363,14 @@ grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::Callba
   auto call = QueuedWriter<GenerateResponse>::Create<GenerateCall>(
       this, context, *request, prompt.ok() ? std::move(*prompt) : std::vector<uint32_t>{}, id);
   if (!prompt.ok()) {
+    RequestsCounter(static_cast<grpc::StatusCode>(prompt.status().code()))->Increment();
     call->Close(ToGrpcStatus(prompt.status()));
     return call.get();
   }
   {
     absl::MutexLock lock(&mu_);
     if (inflight_ >= options_.max_inflight) {
+      RequestsCounter(grpc::StatusCode::RESOURCE_EXHAUSTED)->Increment();
       call->Close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                absl::StrCat("the router has ", inflight_, " requests in flight, its limit")));
       return call.get();

@@ -20,6 +20,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/model/config.h"
+#include "common/net/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "router/request_validation.h"
@@ -35,6 +36,8 @@ struct RouterOptions {
   int max_inflight = 512;
   // One line per finished request on stderr.
   bool log_requests = true;
+  // Where to report metrics; nullptr = nowhere. Must outlive the service.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class RouterService final : public pdserve::v1::Generator::CallbackService {
@@ -53,8 +56,19 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
  private:
   class GenerateCall;
 
+  // Counts requests by final status code (created on first use).
+  Counter* RequestsCounter(grpc::StatusCode code);
+
   const ModelConfig config_;
   const std::unique_ptr<Tokenizer> tokenizer_;
+  MetricsRegistry own_metrics_;
+  MetricsRegistry* metrics_;
+  Histogram* ttft_seconds_;
+  Histogram* tpot_seconds_;
+  Histogram* e2e_seconds_;
+  Counter* prompt_tokens_;
+  Counter* generated_tokens_;
+  Counter* retries_;
   WorkerPool* prefill_;
   WorkerPool* decode_;
   const RouterOptions options_;

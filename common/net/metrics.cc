@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -211,6 +212,14 @@ void MetricsHttpServer::Serve(int client) {
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
+                                                                const char* program) {
+  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
+  auto server = MetricsHttpServer::Start("0.0.0.0", port, registry);
+  if (server.ok()) std::fprintf(stderr, "%s: metrics on port %d\n", program, (*server)->port());
+  return server;
 }
 
 }  // namespace pdserve

@@ -125,4 +125,10 @@ class MetricsHttpServer {
   std::thread thread_;
 };
 
+// For the servers' --metrics-port flag: nullptr when `port` < 0 (off);
+// otherwise serves on 0.0.0.0:port (0 picks one) and prints
+// "PROGRAM: metrics on port N". Unavailable when it cannot bind.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
+                                                                const char* program);
+
 }  // namespace pdserve

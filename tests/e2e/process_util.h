@@ -49,8 +49,9 @@ class ChildProcess {
 
   // Waits until the log has "serving on port N" (every pdserve server
   // prints it); returns N, or 0 after `timeout` or when the process died.
-  int WaitForPort(std::chrono::seconds timeout = std::chrono::seconds(60)) {
-    const std::regex re("serving on port ([0-9]+)");
+  int WaitForPort(std::chrono::seconds timeout = std::chrono::seconds(60),
+                  const std::string& pattern = "serving on port ([0-9]+)") {
+    const std::regex re(pattern);
     const auto end = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < end) {
       std::smatch m;

@@ -50,6 +50,7 @@ struct Stack {
   std::string model, other_model;
   std::map<std::string, std::unique_ptr<ChildProcess>> procs;
   std::map<std::string, std::string> addr;  // name -> 127.0.0.1:port
+  std::map<std::string, int> metrics_port;   // name -> /metrics port
   std::unique_ptr<Engine> ref_f32, ref_bf16;
 
   void StartProc(const std::string& name, std::vector<std::string> argv) {
@@ -61,13 +62,15 @@ struct Stack {
     const int port = procs[name]->WaitForPort();
     ASSERT_GT(port, 0) << name << " did not start:\n" << procs[name]->Log();
     addr[name] = absl::StrCat("127.0.0.1:", port);
+    metrics_port[name] = procs[name]->WaitForPort(std::chrono::seconds(10), "metrics on port ([0-9]+)");
   }
   void StartWorker(const std::string& name, const std::string& kind, const std::string& model,
                    const std::string& kv_dtype, std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {Bin(kind == "decode" ? "decode_service/pdserve-decode"
                                                           : "prefill_service/pdserve-prefill"),
                                      "--model", model, "--listen", "127.0.0.1:0", "--threads", "1",
-                                     "--kv-dtype", kv_dtype, "--prefill-chunk", std::to_string(kChunk)};
+                                     "--kv-dtype", kv_dtype, "--prefill-chunk", std::to_string(kChunk),
+                                     "--metrics-port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     StartProc(name, argv);
   }
@@ -75,7 +78,7 @@ struct Stack {
                    std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {Bin("router/pdserve-router"), "--model", model, "--listen", "127.0.0.1:0",
                                      "--prefill", prefill, "--decode", decode, "--poll-interval-ms", "100",
-                                     "--max-new-tokens-cap", "4000"};
+                                     "--max-new-tokens-cap", "4000", "--metrics-port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     StartProc(name, argv);
   }
@@ -522,6 +525,47 @@ TEST_F(ServingE2eTest, FullPrefillQueueIsResourceExhaustedAndCancelStopsPrefill)
     auto l = PrefillLoad(Addr("Pq"));
     return l.active_sequences() == 0 && l.queued_requests() == 0 && l.kv_bytes_used() == 0;
   }, std::chrono::seconds(2))) << "the cancelled prefill kept running";
+}
+
+TEST_F(ServingE2eTest, MetricsAddUpAfterRealTraffic) {
+  auto scrape = [](const char* name) { return ::pdserve::testing::HttpGetMetrics(g_stack->metrics_port[name]); };
+  using ::pdserve::testing::MetricValue;
+  auto sum = [&](const std::vector<const char*>& names, const std::string& series) {
+    double v = 0;
+    for (const char* n : names) v += MetricValue(scrape(n), series);
+    return v;
+  };
+  const std::string ok_router = "pdserve_router_requests_total{code=\"OK\"}";
+  const std::string ok_prefill = "pdserve_prefill_requests_total{code=\"OK\"}";
+  const std::string length = "pdserve_decode_requests_total{outcome=\"length\"}";
+  ASSERT_NE(scrape("R").find("# TYPE pdserve_router_ttft_seconds histogram"), std::string::npos) << scrape("R");
+  const double r0 = MetricValue(scrape("R"), ok_router), p0 = sum({"P1", "P2"}, ok_prefill),
+               d0 = sum({"D1", "D2"}, length), g0 = MetricValue(scrape("R"), "pdserve_router_generated_tokens_total"),
+               b0 = sum({"P1", "P2"}, "pdserve_kv_handoff_bytes_total"),
+               t0 = MetricValue(scrape("R"), "pdserve_router_ttft_seconds_count");
+  double bytes = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto req = IdsRequest(Prompt(5 + 4 * i, 20 + i), 6 + i);
+    req.mutable_sampling()->set_ignore_eos(true);
+    GenerateResult got = Generate(Addr("R"), req);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    bytes += got.usage.kv_handoff_bytes();
+  }
+  GenerateResult bad = Generate(Addr("R"), IdsRequest({1, 2, 999}, 4));
+  ASSERT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(MetricValue(scrape("R"), ok_router) - r0, 5);
+  EXPECT_GE(MetricValue(scrape("R"), "pdserve_router_requests_total{code=\"INVALID_ARGUMENT\"}"), 1);
+  EXPECT_EQ(MetricValue(scrape("R"), "pdserve_router_generated_tokens_total") - g0, 6 + 7 + 8 + 9 + 10);
+  EXPECT_EQ(MetricValue(scrape("R"), "pdserve_router_ttft_seconds_count") - t0, 5);
+  EXPECT_EQ(sum({"P1", "P2"}, ok_prefill) - p0, 5);
+  EXPECT_EQ(sum({"P1", "P2"}, "pdserve_kv_handoff_bytes_total") - b0, bytes);
+  EXPECT_EQ(sum({"D1", "D2"}, length) - d0, 5);
+  EXPECT_TRUE(WaitUntil([&] { return sum({"D1", "D2"}, "pdserve_decode_kv_bytes_used") == 0 &&
+                                     sum({"D1", "D2"}, "pdserve_decode_active_sequences") == 0 &&
+                                     sum({"P1", "P2"}, "pdserve_prefill_kv_bytes") == 0; },
+                        std::chrono::seconds(5)))
+      << scrape("D1");
+  EXPECT_GT(MetricValue(scrape("D1"), "pdserve_decode_kv_bytes_free"), 0);
 }
 
 // Last: it kills a decode worker.

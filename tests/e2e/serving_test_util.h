@@ -8,6 +8,11 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include "common/net/server.h"
@@ -81,6 +86,37 @@ inline internal::v1::GetLoadResponse PrefillLoad(const std::string& address) {
   internal::v1::GetLoadResponse r;
   stub->GetLoad(&ctx, internal::v1::GetLoadRequest(), &r);
   return r;
+}
+
+// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
+inline std::string HttpGetMetrics(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// The value of one series line (`name` including its {labels}) in a
+// Prometheus text body; 0 when absent.
+inline double MetricValue(const std::string& body, const std::string& series) {
+  size_t pos = 0;
+  while ((pos = body.find(series + " ", pos)) != std::string::npos) {
+    if (pos == 0 || body[pos - 1] == '\n') return std::stod(body.substr(pos + series.size() + 1));
+    pos += series.size();
+  }
+  return 0;
 }
 
 // Polls `pred` every 20 ms; true once it holds, false after `timeout`.
