@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# (b) Every object of every rendering (tests/k8s/lib.sh: render_all) is
+# valid against the Kubernetes OpenAPI schemas, has no unknown field, and
+# follows pdserve's rules (tests/k8s/validate.mjs says which). Then the
+# validator itself is shown to catch known mistakes, so a pass means
+# something.
+# Usage: schema_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+k8s_init "$@"
+need_kubectl
+need_node_tools
+
+render_all
+mapfile -t cpu <"$WORK/render/cpu.list"
+mapfile -t gpu <"$WORK/render/gpu.list"
+node "$SRC/tests/k8s/validate.mjs" "${cpu[@]}" || fail "the manifests do not validate"
+node "$SRC/tests/k8s/validate.mjs" --expect-gpu "${gpu[@]}" || fail "the gpu manifests do not validate"
+
+# Known mistakes, each of which must be caught.
+base=$WORK/render/overlay-cpu.yaml
+caught=0
+mutant() {  # mutant WHAT SED-SCRIPT
+  sed "$2" "$base" >"$WORK/mutant.yaml"
+  cmp -s "$base" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
+  if node "$SRC/tests/k8s/validate.mjs" "mutant=$WORK/mutant.yaml" >"$WORK/mutant.log" 2>&1; then
+    fail "the validator missed: $1"
+  fi
+  echo "ok: caught $1: $(grep -m1 FAIL "$WORK/mutant.log")"
+  caught=$((caught + 1))
+}
+mutant "a misspelled field" 's/readinessProbe:/readinesProbe:/'
+mutant "a string where the schema wants an integer" 's/containerPort: 50052/containerPort: "50052"/'
+mutant "a decode Service with a cluster IP" '0,/clusterIP: None/s//clusterIP: 10.96.0.10/'
+mutant "an undefined \$(VAR)" 's/\$(PDSERVE_DECODE_THREADS)/$(PDSERVE_DECODE_THREAD)/'
+mutant "a grace period shorter than the drain" 's/terminationGracePeriodSeconds: 150/terminationGracePeriodSeconds: 30/'
+mutant "a worker on loopback" 's/--listen=\$(POD_IP):50052/--listen=127.0.0.1:50052/'
+mutant "an HTTP readiness probe" '0,/readinessProbe:/{s/readinessProbe:/readinessProbe:\n          httpGet: {path: \/healthz, port: 8080}/}'
+mutant "a router DNS name with no Service" 's/PDSERVE_ROUTER_DECODE_DNS: pdserve-decode:50052/PDSERVE_ROUTER_DECODE_DNS: pdserve-decoder:50052/'
+mutant "a writable model mount" '0,/readOnly: true/s//readOnly: false/'
+echo "PASS: ${#cpu[@]} + ${#gpu[@]} renderings valid, $caught known mistakes caught"

@@ -1,0 +1,447 @@
+// Validates rendered Kubernetes manifests (the output of `kubectl kustomize`).
+//
+//   node validate.mjs [--expect-gpu] [--emit-commands OUT.json] NAME=FILE.yaml...
+//
+// For every object:
+//   1. the Kubernetes OpenAPI schema, through the npm package kubernetes-models
+//      (types, required fields, formats: int32, quantities, ...);
+//   2. no unknown fields (the OpenAPI schemas allow any, so a misspelled
+//      `readinesProbe` would pass 1): every field is checked against the
+//      model classes of @kubernetes/client-node, generated from the same
+//      OpenAPI document (kubeconform's --strict, in effect).
+// Then across the objects of one rendering, pdserve's own rules: Services and
+// policies select real pods on real ports, the router's DNS targets are
+// headless Services of the right pods and ports, every $(VAR) in a command
+// line is defined, drains fit in the grace period, probes are gRPC health on
+// the pod's own port, workers listen on their pod IP, and so on.
+//
+// --emit-commands writes every container's command line with $(VAR)s
+// expanded, for tests/k8s/manifest_args_test.sh to run against the binaries.
+//
+// The npm packages come from scripts/fetch_k8s_schemas.sh (.cache/k8s-tools,
+// or $PDSERVE_K8S_TOOLS); NODE_PATH is not used by ES modules, so they are
+// loaded by path.
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const toolsDir = process.env.PDSERVE_K8S_TOOLS;
+if (!toolsDir) {
+  console.error("validate.mjs: set PDSERVE_K8S_TOOLS to the k8s-tools directory");
+  process.exit(2);
+}
+const nm = path.join(toolsDir, "node_modules");
+const load = (rel) => import(pathToFileURL(path.join(nm, rel)).href);
+const yaml = (await load("js-yaml/index.js")).default;
+
+// ---------------------------------------------------------------- arguments
+let expectGpu = false;
+let emitPath = null;
+const inputs = [];
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  if (argv[i] === "--expect-gpu") expectGpu = true;
+  else if (argv[i] === "--emit-commands") emitPath = argv[++i];
+  else {
+    const eq = argv[i].indexOf("=");
+    if (eq < 0) {
+      console.error(`validate.mjs: expected NAME=FILE, got ${argv[i]}`);
+      process.exit(2);
+    }
+    inputs.push({ name: argv[i].slice(0, eq), file: argv[i].slice(eq + 1) });
+  }
+}
+
+const errors = [];
+const fail = (where, msg) => errors.push(`${where}: ${msg}`);
+
+// ------------------------------------------------------- 1. OpenAPI schemas
+// apiVersion "apps/v1" -> kubernetes-models/apps/v1/index.js; "v1" -> v1.
+async function schemaValidate(obj, where) {
+  const mod = await load(`kubernetes-models/${obj.apiVersion}/index.js`).catch(() => null);
+  const Cls = mod && mod[obj.kind];
+  if (!Cls) {
+    fail(where, `no schema for ${obj.apiVersion} ${obj.kind} in kubernetes-models`);
+    return;
+  }
+  try {
+    new Cls(obj).validate();
+  } catch (e) {
+    fail(where, `schema: ${e.message}`);
+  }
+}
+
+// ---------------------------------------------------- 2. no unknown fields
+// "apps/v1" Deployment -> V1Deployment; "autoscaling/v2" -> V2...;
+// "v1beta1" -> V1beta1...
+function modelName(apiVersion, kind) {
+  const version = apiVersion.split("/").pop();
+  return version[0].toUpperCase() + version.slice(1) + kind;
+}
+const modelCache = new Map();
+async function attributeMap(type) {
+  if (!modelCache.has(type)) {
+    const mod = await load(`@kubernetes/client-node/dist/gen/models/${type}.js`).catch(() => null);
+    modelCache.set(type, mod && mod[type] ? mod[type].getAttributeTypeMap() : null);
+  }
+  return modelCache.get(type);
+}
+const SCALARS = new Set(["string", "number", "boolean", "Date", "any", "object", "IntOrString"]);
+async function strictWalk(value, type, where, p) {
+  if (value === null || value === undefined) return;
+  if (SCALARS.has(type)) return;
+  let m = /^Array<(.+)>$/.exec(type);
+  if (m) {
+    if (!Array.isArray(value)) return; // the schema check reports the type
+    for (let i = 0; i < value.length; i++) await strictWalk(value[i], m[1], where, `${p}[${i}]`);
+    return;
+  }
+  m = /^\{ \[key: string\]: (.+); \}$/.exec(type);
+  if (m) {
+    if (typeof value !== "object") return;
+    for (const [k, v] of Object.entries(value)) await strictWalk(v, m[1], where, `${p}.${k}`);
+    return;
+  }
+  const attrs = await attributeMap(type);
+  if (!attrs) {
+    fail(where, `strict: no model ${type} (at ${p || "/"})`);
+    return;
+  }
+  if (typeof value !== "object" || Array.isArray(value)) return;
+  const byName = new Map(attrs.map((a) => [a.baseName, a.type]));
+  for (const [k, v] of Object.entries(value)) {
+    if (!byName.has(k)) {
+      fail(where, `unknown field ${p ? p + "." : ""}${k} (not in ${type})`);
+      continue;
+    }
+    await strictWalk(v, byName.get(k), where, p ? `${p}.${k}` : k);
+  }
+}
+
+// ------------------------------------------------- 3. pdserve's own rules
+const labelsMatch = (sel, labels) =>
+  !!sel && Object.entries(sel).every(([k, v]) => labels && labels[k] === v);
+
+function workloads(objs) {
+  // Deployments, StatefulSets, Jobs (and bare Pods): their pod templates.
+  const out = [];
+  for (const o of objs) {
+    if (["Deployment", "StatefulSet", "DaemonSet", "Job"].includes(o.kind)) {
+      out.push({ obj: o, pod: o.spec.template, where: `${o.kind}/${o.metadata.name}` });
+    } else if (o.kind === "Pod") {
+      out.push({ obj: o, pod: { metadata: o.metadata, spec: o.spec }, where: `Pod/${o.metadata.name}` });
+    }
+  }
+  return out;
+}
+
+// The container's environment as Kubernetes builds it: envFrom first, then
+// env. Values from the downward API get placeholders.
+function containerEnv(c, configMaps, where) {
+  const env = new Map();
+  for (const src of c.envFrom || []) {
+    if (src.configMapRef) {
+      const cm = configMaps.get(src.configMapRef.name);
+      if (!cm) {
+        fail(where, `envFrom names ConfigMap ${src.configMapRef.name}, which is not in the rendering`);
+        continue;
+      }
+      for (const [k, v] of Object.entries(cm.data || {})) env.set((src.prefix || "") + k, v);
+    }
+  }
+  for (const e of c.env || []) {
+    if (e.value !== undefined) env.set(e.name, expand(e.value, env, where).text);
+    else if (e.valueFrom?.fieldRef) env.set(e.name, `<fieldRef:${e.valueFrom.fieldRef.fieldPath}>`);
+    else if (e.valueFrom?.configMapKeyRef) {
+      const ref = e.valueFrom.configMapKeyRef;
+      const cm = configMaps.get(ref.name);
+      if (!cm) fail(where, `env ${e.name}: ConfigMap ${ref.name} is not in the rendering`);
+      else if (!(ref.key in (cm.data || {}))) fail(where, `env ${e.name}: ConfigMap ${ref.name} has no key ${ref.key}`);
+      else env.set(e.name, cm.data[ref.key]);
+    } else env.set(e.name, "<valueFrom>");
+  }
+  return env;
+}
+
+// $(VAR) expansion as the kubelet does it ($$ escapes).
+function expand(s, env, where) {
+  const unresolved = [];
+  const text = String(s).replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m, name) => {
+    if (m === "$$") return "$";
+    if (env.has(name)) return env.get(name);
+    unresolved.push(name);
+    return m;
+  });
+  for (const name of unresolved) fail(where, `$(${name}) is not defined in the container's environment`);
+  return { text, unresolved };
+}
+
+function flagValue(args, flag) {
+  // --flag=value or --flag value; dashes or underscores.
+  const norm = (s) => s.replace(/_/g, "-");
+  for (let i = 0; i < args.length; i++) {
+    const a = norm(args[i].split("=")[0]);
+    if (a === `--${flag}`) return args[i].includes("=") ? args[i].slice(args[i].indexOf("=") + 1) : args[i + 1];
+  }
+  return undefined;
+}
+
+function cpuCores(q) {
+  if (q === undefined) return undefined;
+  const s = String(q);
+  return s.endsWith("m") ? Number(s.slice(0, -1)) / 1000 : Number(s);
+}
+function memMiB(q) {
+  if (q === undefined) return undefined;
+  const m = /^([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$/.exec(String(q));
+  if (!m) return undefined;
+  const mult = { Ki: 1 / 1024, Mi: 1, Gi: 1024, Ti: 1024 * 1024, k: 1e3 / 1048576, M: 1e6 / 1048576,
+    G: 1e9 / 1048576, T: 1e12 / 1048576 }[m[2]] ?? 1 / 1048576;
+  return Number(m[1]) * mult;
+}
+
+const SERVERS = { "pdserve-router": "router", "pdserve-prefill": "prefill", "pdserve-decode": "decode" };
+
+function checkRendering(name, objs, commands) {
+  const configMaps = new Map(objs.filter((o) => o.kind === "ConfigMap").map((o) => [o.metadata.name, o]));
+  const services = objs.filter((o) => o.kind === "Service");
+  const wl = workloads(objs);
+  const byKind = {}; // router/prefill/decode -> {w, c, env, args}
+
+  for (const w of wl) {
+    const spec = w.pod.spec;
+    const where = `${name}: ${w.where}`;
+    if (spec.securityContext?.runAsNonRoot !== true) fail(where, "pod must set securityContext.runAsNonRoot: true");
+    for (const v of spec.volumes || []) {
+      if (v.persistentVolumeClaim) {
+        const claim = v.persistentVolumeClaim.claimName;
+        // Claims made outside this kustomization (the serving overlays'
+        // model PVC, for a Job) are checked where they are made.
+        const local = objs.some((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === claim);
+        if (!local && !["pdserve-model", "pdserve-passkey-results"].includes(claim)) {
+          fail(where, `volume ${v.name}: PersistentVolumeClaim ${claim} is neither rendered nor a known pdserve claim`);
+        }
+      }
+    }
+    for (const c of spec.containers) {
+      const cw = `${where} container ${c.name}`;
+      // The API server's rule, which the schemas do not express: one
+      // handler per probe and per lifecycle hook.
+      const handlers = ["exec", "httpGet", "tcpSocket", "grpc", "sleep"];
+      for (const [what, h] of [["startupProbe", c.startupProbe], ["readinessProbe", c.readinessProbe],
+                               ["livenessProbe", c.livenessProbe], ["preStop", c.lifecycle?.preStop],
+                               ["postStart", c.lifecycle?.postStart]]) {
+        if (h && handlers.filter((k) => h[k] !== undefined).length !== 1) fail(cw, `${what} must have exactly one handler`);
+      }
+      const env = containerEnv(c, configMaps, cw);
+      const cmd = (c.command || []).map((s) => expand(s, env, cw).text);
+      const args = (c.args || []).map((s) => expand(s, env, cw).text);
+      if (!c.resources?.requests?.cpu || !c.resources?.requests?.memory) fail(cw, "needs cpu and memory requests");
+      if (!c.resources?.limits?.memory) fail(cw, "needs a memory limit");
+      if (c.securityContext?.allowPrivilegeEscalation !== false) fail(cw, "must set allowPrivilegeEscalation: false");
+      const metricsPort = (c.ports || []).find((p) => p.name === "metrics")?.containerPort;
+      const scrapePort = w.pod.metadata?.annotations?.["prometheus.io/port"];
+      commands.push({ rendering: name, workload: w.where, container: c.name, command: cmd, args,
+                      metricsPort: metricsPort ?? null, scrapePort: scrapePort ?? null });
+
+      const kind = SERVERS[cmd[0]];
+      if (!kind) continue;
+      byKind[kind] = { w, c, env, args, cw };
+      if (w.obj.kind !== "Deployment" && w.obj.kind !== "StatefulSet") fail(cw, `${cmd[0]} should run as a Deployment or StatefulSet`);
+
+      // The gRPC port: the container port named grpc, which --listen uses.
+      const grpcPort = (c.ports || []).find((p) => p.name === "grpc")?.containerPort;
+      if (!grpcPort) fail(cw, "needs a container port named grpc");
+      const listen = flagValue(args, "listen");
+      const rawListen = flagValue(c.args || [], "listen");
+      if (!listen) fail(cw, "must pass --listen");
+      else {
+        if (!listen.endsWith(`:${grpcPort}`)) fail(cw, `--listen ${listen} is not on the grpc port ${grpcPort}`);
+        if (/^(127\.|localhost|\[::1\])/.test(listen)) fail(cw, `--listen ${listen} is loopback: nobody else can reach it`);
+        if (kind !== "router") {
+          // Workers are addressed by pod IP: bind it (downward API).
+          if (!/^\$\(POD_IP\):/.test(rawListen || "")) fail(cw, "workers must listen on $(POD_IP):PORT");
+          if (env.get("POD_IP") !== "<fieldRef:status.podIP>") fail(cw, "POD_IP must come from fieldRef status.podIP");
+        }
+      }
+
+      // Probes: gRPC health on the grpc port. Liveness never involves
+      // another pod (a grpc probe of our own port can't).
+      for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+        const pr = c[probe];
+        if (!pr) fail(cw, `needs a ${probe}`);
+        else if (!pr.grpc) fail(cw, `${probe} must be a gRPC health probe`);
+        else if (pr.grpc.port !== grpcPort) fail(cw, `${probe} probes port ${pr.grpc.port}, not the grpc port ${grpcPort}`);
+      }
+      if (kind !== "router" && c.startupProbe) {
+        const budget = (c.startupProbe.periodSeconds ?? 10) * (c.startupProbe.failureThreshold ?? 3);
+        if (budget < 300) fail(cw, `startupProbe allows ${budget} s for loading the model; give it at least 300`);
+      }
+
+      // Graceful termination: preStop + drain fit in the grace period.
+      const drain = Number(flagValue(args, "drain-timeout-s") ?? 20);
+      const pre = c.lifecycle?.preStop?.exec?.command;
+      const preSleep = pre && pre[0] === "sleep" ? Number(pre[1]) : (c.lifecycle?.preStop?.sleep?.seconds ?? 0);
+      const grace = spec.terminationGracePeriodSeconds ?? 30;
+      if (!(grace > preSleep + drain)) {
+        fail(cw, `terminationGracePeriodSeconds ${grace} must exceed preStop ${preSleep} s + drain ${drain} s`);
+      }
+
+      // Threads match the CPU limit (0 = every core of the node).
+      const threads = flagValue(args, "threads");
+      const cpuLimit = cpuCores(c.resources?.limits?.cpu);
+      if (threads !== undefined) {
+        if (Number(threads) === 0 && cpuLimit) fail(cw, "--threads 0 uses every core of the node: set it to the CPU limit");
+        if (cpuLimit && Number(threads) > cpuLimit) fail(cw, `--threads ${threads} exceeds the CPU limit ${cpuLimit}`);
+      }
+      const budget = flagValue(args, "kv-budget-mb");
+      const mem = memMiB(c.resources?.limits?.memory);
+      if (budget !== undefined && mem !== undefined && !c.resources?.limits?.["nvidia.com/gpu"] && Number(budget) >= mem) {
+        fail(cw, `--kv-budget-mb ${budget} does not fit in the memory limit (${mem} MiB)`);
+      }
+
+      // The model: mounted read-only.
+      const model = flagValue(args, "model");
+      const mount = (c.volumeMounts || []).find((m) => model && model.startsWith(m.mountPath));
+      if (!mount) fail(cw, `no volume is mounted where --model ${model} points`);
+      else if (mount.readOnly !== true) fail(cw, `the model volume ${mount.name} must be mounted readOnly`);
+
+      if (kind !== "router") {
+        const gpu = c.resources?.limits?.["nvidia.com/gpu"];
+        if (expectGpu && !gpu) fail(cw, "the gpu rendering must request nvidia.com/gpu");
+        if (!expectGpu && gpu) fail(cw, "only the gpu rendering may request nvidia.com/gpu");
+      }
+      const ann = w.pod.metadata?.annotations || {};
+      if (ann["prometheus.io/scrape"] !== "true" || !ann["prometheus.io/port"]) {
+        fail(cw, "pod template needs prometheus.io/scrape and prometheus.io/port annotations");
+      } else if (String(metricsPort) !== String(ann["prometheus.io/port"])) {
+        fail(cw, `prometheus.io/port ${ann["prometheus.io/port"]} is not the container port named metrics (${metricsPort})`);
+      }
+    }
+  }
+
+  // Services select pods that have the target port.
+  for (const s of services) {
+    const where = `${name}: Service/${s.metadata.name}`;
+    const pods = wl.filter((w) => labelsMatch(s.spec.selector, w.pod.metadata?.labels));
+    if (pods.length === 0) fail(where, "selects no pods");
+    for (const port of s.spec.ports || []) {
+      for (const w of pods) {
+        const ok = w.pod.spec.containers.some((c) =>
+          (c.ports || []).some((p) => p.name === port.targetPort || p.containerPort === port.targetPort));
+        if (!ok) fail(where, `port ${port.port}: ${w.where} has no container port ${port.targetPort}`);
+      }
+    }
+  }
+
+  // The router's DNS targets: headless Services in front of the right pods.
+  const router = byKind.router;
+  if (router) {
+    for (const [flag, kind] of [["prefill-dns", "prefill"], ["decode-dns", "decode"]]) {
+      const where = `${name}: router --${flag}`;
+      const value = flagValue(router.args, flag);
+      if (!value) {
+        fail(where, "not set");
+        continue;
+      }
+      for (const target of value.split(",")) {
+        const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+        const svcName = host.split(".")[0];
+        const svc = services.find((s) => s.metadata.name === svcName);
+        if (!svc) {
+          fail(where, `${target}: no Service ${svcName}`);
+          continue;
+        }
+        if (svc.spec.clusterIP !== "None") fail(where, `${target}: Service ${svcName} must be headless (clusterIP: None)`);
+        if (svc.spec.publishNotReadyAddresses) fail(where, `${target}: Service ${svcName} must publish ready pods only`);
+        if (!(svc.spec.ports || []).some((p) => p.port === port)) fail(where, `${target}: Service ${svcName} has no port ${port}`);
+        const worker = byKind[kind];
+        if (!worker) fail(where, `no ${kind} Deployment in the rendering`);
+        else {
+          if (!labelsMatch(svc.spec.selector, worker.w.pod.metadata.labels)) {
+            fail(where, `${target}: Service ${svcName} does not select the ${kind} pods`);
+          }
+          // The router dials the pod IP on the Service's port, without
+          // translation: the worker must listen on that very port.
+          if (!String(flagValue(worker.args, "listen")).endsWith(`:${port}`)) {
+            fail(where, `${target}: the ${kind} pods do not listen on port ${port}`);
+          }
+        }
+      }
+    }
+  }
+
+  // Autoscalers, disruption budgets and policies point at real workloads.
+  for (const o of objs) {
+    const where = `${name}: ${o.kind}/${o.metadata.name}`;
+    if (o.kind === "HorizontalPodAutoscaler") {
+      const t = o.spec.scaleTargetRef;
+      const target = objs.find((x) => x.kind === t.kind && x.metadata.name === t.name);
+      if (!target) fail(where, `scaleTargetRef ${t.kind}/${t.name} is not in the rendering`);
+      else if (target.spec.replicas !== undefined) fail(where, `${t.kind}/${t.name} sets replicas, which each apply would reset under the HPA`);
+    }
+    if (o.kind === "PodDisruptionBudget" && !wl.some((w) => labelsMatch(o.spec.selector.matchLabels, w.pod.metadata?.labels))) {
+      fail(where, "selects no pods");
+    }
+    if (o.kind === "NetworkPolicy") {
+      const pods = wl.filter((w) => labelsMatch(o.spec.podSelector.matchLabels, w.pod.metadata?.labels));
+      if (pods.length === 0) fail(where, "selects no pods");
+      for (const rule of o.spec.ingress || []) {
+        for (const from of rule.from || []) {
+          if (from.podSelector && !from.namespaceSelector &&
+              !wl.some((w) => labelsMatch(from.podSelector.matchLabels, w.pod.metadata?.labels))) {
+            fail(where, `an ingress rule admits pods that do not exist: ${JSON.stringify(from.podSelector.matchLabels)}`);
+          }
+        }
+        for (const p of rule.ports || []) {
+          if (p.endPort) continue;
+          const known = pods.every((w) =>
+            w.pod.spec.containers.some((c) => (c.ports || []).some((cp) => cp.containerPort === p.port || cp.name === p.port)));
+          if (!known) fail(where, `port ${p.port} is not a port of the selected pods`);
+        }
+      }
+    }
+  }
+  // Only the router reaches prefill; only router and prefill reach decode.
+  const admitted = (kind) => {
+    const out = new Set();
+    for (const o of objs.filter((x) => x.kind === "NetworkPolicy")) {
+      if (o.spec.podSelector.matchLabels?.["app.kubernetes.io/component"] !== kind) continue;
+      for (const rule of o.spec.ingress || []) {
+        if (!rule.from) out.add("<anyone>");
+        for (const from of rule.from || []) {
+          if (from.namespaceSelector) out.add(`<namespace ${JSON.stringify(from.namespaceSelector.matchLabels)}>`);
+          else out.add(from.podSelector?.matchLabels?.["app.kubernetes.io/component"] ?? "<any pod>");
+        }
+      }
+    }
+    return out;
+  };
+  if (byKind.prefill && byKind.decode) {
+    const p = admitted("prefill");
+    const d = admitted("decode");
+    if (!p.has("router")) fail(name, "no NetworkPolicy admits the router to the prefill pods");
+    if (!d.has("router") || !d.has("prefill")) fail(name, "NetworkPolicies must admit the router and prefill to the decode pods");
+    const allowed = (s) => ["router", "prefill", "decode"].includes(s) || s.startsWith("<namespace");
+    for (const s of [...p, ...d]) if (!allowed(s)) fail(name, `a worker NetworkPolicy admits ${s}`);
+  }
+}
+
+// ------------------------------------------------------------------- main
+const commands = [];
+let count = 0;
+for (const { name, file } of inputs) {
+  const objs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((o) => o);
+  if (objs.length === 0) fail(name, "renders no objects");
+  for (const o of objs) {
+    const where = `${name}: ${o.kind}/${o.metadata?.name}`;
+    await schemaValidate(o, where);
+    await strictWalk(o, modelName(o.apiVersion, o.kind), where, "");
+    count++;
+  }
+  checkRendering(name, objs, commands);
+}
+if (emitPath) fs.writeFileSync(emitPath, JSON.stringify(commands, null, 1));
+for (const e of errors) console.error(`FAIL ${e}`);
+console.log(`validate.mjs: ${count} objects in ${inputs.length} renderings, ${errors.length} problems`);
+process.exit(errors.length ? 1 : 0);
