@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/cli_util.h"
+#include "clients/usage_json.h"
 #include "clients/load_gen.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
@@ -300,31 +301,6 @@ nlohmann::ordered_json JNum(double v) { return std::isfinite(v) ? nlohmann::orde
 nlohmann::ordered_json SummaryJson(const pdserve::bench::Summary& s) {
   return {{"count", s.count}, {"mean", JNum(s.mean)}, {"median", JNum(s.median)}, {"p90", JNum(s.p90)},
           {"p99", JNum(s.p99)}, {"max", JNum(s.max)},   {"std", JNum(s.std)}};
-}
-
-// Every field of Usage by its proto name (reflection keeps fields added later).
-nlohmann::ordered_json UsageToJson(const pdserve::v1::Usage& usage) {
-  using google::protobuf::FieldDescriptor;
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  const auto* desc = usage.GetDescriptor();
-  const auto* refl = usage.GetReflection();
-  for (int i = 0; i < desc->field_count(); ++i) {
-    const FieldDescriptor* f = desc->field(i);
-    if (f->is_repeated()) continue;
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_INT32: j[f->name()] = refl->GetInt32(usage, f); break;
-      case FieldDescriptor::CPPTYPE_INT64: j[f->name()] = refl->GetInt64(usage, f); break;
-      case FieldDescriptor::CPPTYPE_UINT32: j[f->name()] = refl->GetUInt32(usage, f); break;
-      case FieldDescriptor::CPPTYPE_UINT64: j[f->name()] = refl->GetUInt64(usage, f); break;
-      case FieldDescriptor::CPPTYPE_FLOAT: j[f->name()] = refl->GetFloat(usage, f); break;
-      case FieldDescriptor::CPPTYPE_DOUBLE: j[f->name()] = refl->GetDouble(usage, f); break;
-      case FieldDescriptor::CPPTYPE_BOOL: j[f->name()] = refl->GetBool(usage, f); break;
-      case FieldDescriptor::CPPTYPE_STRING: j[f->name()] = refl->GetString(usage, f); break;
-      case FieldDescriptor::CPPTYPE_ENUM: j[f->name()] = refl->GetEnumValue(usage, f); break;
-      default: break;
-    }
-  }
-  return j;
 }
 
 std::string ReadFileOrDie(const std::string& path, const char* flag) {
@@ -620,7 +596,7 @@ int main(int argc, char** argv) {
              {"e2el_ms", r.timing.e2el_ms},
              {"itl_ms", r.timing.itl_ms},
              {"good", slo.empty() ? ordered_json(nullptr) : ordered_json(pdserve::bench::MeetsSlo(r.timing, slo))},
-             {"usage", r.usage ? UsageToJson(*r.usage) : ordered_json(nullptr)}});
+             {"usage", r.usage ? pdserve::UsageToJson(*r.usage) : ordered_json(nullptr)}});
       }
     }
     std::ofstream out(json_out);

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli_util.h"
+#include "clients/usage_json.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -93,33 +94,6 @@ std::string FinishReasonName(int reason) {
   if (full.empty()) return absl::StrCat(reason);  // a value newer than this client
   const std::string prefix = "FINISH_REASON_";
   return absl::AsciiStrToLower(full.compare(0, prefix.size(), prefix) == 0 ? full.substr(prefix.size()) : full);
-}
-
-// Every field of Usage by its proto name, numbers as JSON numbers (proto3's own
-// JSON mapping writes 64-bit integers as strings). Reflection keeps fields
-// added to Usage later without touching this client.
-nlohmann::ordered_json UsageToJson(const pdserve::v1::Usage& usage) {
-  using google::protobuf::FieldDescriptor;
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  const auto* desc = usage.GetDescriptor();
-  const auto* refl = usage.GetReflection();
-  for (int i = 0; i < desc->field_count(); ++i) {
-    const FieldDescriptor* f = desc->field(i);
-    if (f->is_repeated()) continue;
-    switch (f->cpp_type()) {
-      case FieldDescriptor::CPPTYPE_INT32: j[f->name()] = refl->GetInt32(usage, f); break;
-      case FieldDescriptor::CPPTYPE_INT64: j[f->name()] = refl->GetInt64(usage, f); break;
-      case FieldDescriptor::CPPTYPE_UINT32: j[f->name()] = refl->GetUInt32(usage, f); break;
-      case FieldDescriptor::CPPTYPE_UINT64: j[f->name()] = refl->GetUInt64(usage, f); break;
-      case FieldDescriptor::CPPTYPE_FLOAT: j[f->name()] = refl->GetFloat(usage, f); break;
-      case FieldDescriptor::CPPTYPE_DOUBLE: j[f->name()] = refl->GetDouble(usage, f); break;
-      case FieldDescriptor::CPPTYPE_BOOL: j[f->name()] = refl->GetBool(usage, f); break;
-      case FieldDescriptor::CPPTYPE_STRING: j[f->name()] = refl->GetString(usage, f); break;
-      case FieldDescriptor::CPPTYPE_ENUM: j[f->name()] = refl->GetEnumValue(usage, f); break;
-      default: break;
-    }
-  }
-  return j;
 }
 
 double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -218,7 +192,7 @@ int main(int argc, char** argv) {
         {"token_ids", token_ids},
         {"text", text},
         {"finish_reason", FinishReasonName(last.finish_reason())},
-        {"usage", last.has_usage() ? UsageToJson(u) : nlohmann::ordered_json(nullptr)},
+        {"usage", last.has_usage() ? pdserve::UsageToJson(u) : nlohmann::ordered_json(nullptr)},
         {"request_id", last.request_id()},
     };
     // The router sends whole UTF-8 characters; replace rather than throw if not.
