@@ -82,19 +82,34 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null && [ -x "$B
     have[$p]=1
     for d in $deps; do [ -z "${have[$d]:-}" ] && { have[$d]=1; queue+=("$d"); }; done
   done
-  checked=0
+  # Which binary loads which library (NEEDED), then one dpkg -S for all.
+  declare -A user_of=()
   for bin in router/pdserve-router prefill_service/pdserve-prefill decode_service/pdserve-decode \
              local/pdserve-local clients/pdserve-cli clients/pdserve-init-model clients/pdserve-passkey; do
     [ -x "$BUILD/$bin" ] || continue
     for lib in $(readelf -d "$BUILD/$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-      pkg=$(dpkg -S "*/$lib" 2>/dev/null | awk -F: '!/^(lib32|libx32|libc6-i386)/ && !p { print $1; p = 1 }' || true)
-      [ -n "$pkg" ] || fail "$bin loads $lib, which no installed package provides"
-      [ -n "${have[$pkg]:-}" ] ||
-        fail "$bin loads $lib from $pkg, which the runtime stage of Dockerfile neither installs nor pulls in"
-      checked=$((checked + 1))
+      user_of[$lib]=$bin
     done
   done
-  echo "ok: the runtime stage provides all $checked libraries the binaries load"
+  declare -A pkg_of=()
+  patterns=()
+  for lib in "${!user_of[@]}"; do patterns+=("*/$lib"); done
+  while IFS= read -r line; do
+    pkg=${line%%:*}
+    file=${line##* }
+    case $pkg in lib32* | libx32* | libc6-i386 | diversion*) continue ;; esac
+    lib=$(basename "$file")
+    [ -n "${user_of[$lib]:-}" ] && [ -z "${pkg_of[$lib]:-}" ] && pkg_of[$lib]=$pkg
+  done < <(dpkg -S "${patterns[@]}" 2>/dev/null || true)
+  checked=0
+  for lib in "${!user_of[@]}"; do
+    pkg=${pkg_of[$lib]:-}
+    [ -n "$pkg" ] || fail "${user_of[$lib]} loads $lib, which no installed package provides"
+    [ -n "${have[$pkg]:-}" ] ||
+      fail "${user_of[$lib]} loads $lib from $pkg, which the runtime stages of Dockerfile neither install nor pull in"
+    checked=$((checked + 1))
+  done
+  echo "ok: the runtime stages provide all $checked libraries the binaries load"
 else
   echo "note: no built binaries in $BUILD (or no dpkg/readelf): the runtime library check is left out"
 fi
