@@ -72,16 +72,25 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null && [ -x "$B
   # Installed closure of the runtime packages (from this machine's dpkg
   # status; they are installed here, since the -dev packages depend on
   # them), plus what the Debian base image always has.
+  # One dpkg-query for every installed package's dependencies, then the
+  # closure of the runtime list (alternatives count as pulled in).
   declare -A have=([libc6]=1 [libgcc-s1]=1 [libstdc++6]=1)
-  mapfile -t queue <<<"$runtime"
-  while [ ${#queue[@]} -gt 0 ]; do
-    p=${queue[0]}
-    queue=("${queue[@]:1}")
-    deps=$(dpkg-query -W -f='${Depends}, ${Pre-Depends}' "$p" 2>/dev/null | tr ',|' '\n\n' |
-           sed -e 's/(.*)//' -e 's/:any//' | tr -d ' ' | grep -v '^$' || true)
-    have[$p]=1
-    for d in $deps; do [ -z "${have[$d]:-}" ] && { have[$d]=1; queue+=("$d"); }; done
-  done
+  while read -r p; do have[$p]=1; done < <(
+    dpkg-query -W -f='${Package}\t${Depends}, ${Pre-Depends}\n' 2>/dev/null |
+      awk -F'\t' -v roots="$(tr '\n' ' ' <<<"$runtime")" '
+        { deps[$1] = $2 }
+        END {
+          n = split(roots, q, " ")
+          for (i = 1; i <= n; i++) seen[q[i]] = 1
+          for (i = 1; i <= n; i++) {
+            m = split(deps[q[i]], d, /[,|]/)
+            for (j = 1; j <= m; j++) {
+              x = d[j]; sub(/\(.*/, "", x); gsub(/ /, "", x); sub(/:any$/, "", x)
+              if (x != "" && !(x in seen)) { seen[x] = 1; q[++n] = x }
+            }
+          }
+          for (x in seen) print x
+        }')
   # Which binary loads which library (NEEDED), then one dpkg -S for all.
   declare -A user_of=()
   for bin in router/pdserve-router prefill_service/pdserve-prefill decode_service/pdserve-decode \
