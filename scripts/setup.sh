@@ -13,6 +13,8 @@ PKGS=(
   libpcre2-dev          # the BPE pre-tokenizer regex (Unicode classes, lookahead)
   python3 python3-numpy python3-matplotlib
   python3-grpcio python3-protobuf   # tests/e2e/python_client.py (with protobuf-compiler-grpc)
+  buildah debootstrap   # tests/k8s/image_build_test.sh builds the image daemonless (no Docker engine)
+  iproute2              # tests/k8s/dns_discovery_test.sh (a private network namespace)
 )
 
 missing=()
@@ -38,3 +40,9 @@ fi
 # The LLaMA-3 tokenizer.json for the BPE tests (cached outside git; the
 # script skips with a message when offline).
 bash "$(dirname "$0")/fetch_tokenizer.sh"
+
+# The npm packages of the Kubernetes manifest tests (schemas, Dockerfile
+# lint), pinned by tests/k8s/package-lock.json, into .cache/k8s-tools.
+# kubectl (for `kubectl kustomize`) is not a Debian package; the tests skip
+# the kustomize step with a message where it is missing.
+bash "$(dirname "$0")/fetch_k8s_schemas.sh"

@@ -1,4 +1,3 @@
-# Pending review (issue 5): move to tests/k8s_tests.cmake to register these with CTest.
 # The container image and the Kubernetes manifests (issue 5): tests/k8s/.
 # Each test exits 77 (reported as skipped, with the reason) when a tool it
 # needs is missing: kubectl (kustomize), node with the npm packages that
