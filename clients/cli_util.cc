@@ -28,8 +28,11 @@ void InitCli(int argc, char** argv, const char* usage) {
   absl::flags_internal::SetProgramInvocationName(argv[0]);
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig usage_config;
-  // --help lists the flags defined in the tool's own *_main.cc.
-  usage_config.contains_help_flags = [](absl::string_view file) { return absl::EndsWith(file, "_main.cc") || absl::EndsWith(file, "_flags.cc"); };
+  // --help lists the flags defined in the tool's own main.cc (servers) or
+  // *_main.cc (clients) and the shared *_flags.cc, not abseil's or gRPC's.
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "main.cc") || absl::EndsWith(file, "_flags.cc");
+  };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   // The documented spelling is --max-new-tokens; abseil names are

@@ -12,7 +12,7 @@ namespace pdserve {
 using pdserve::v1::FinishReason;
 
 struct BatchScheduler::Entry {
-  enum class State { kAwaitingKv, kReceiving, kRunning, kDone };
+  enum class State { kAwaitingKv, kLocalPrefill, kReceiving, kRunning, kDone };
   AdmitRequest request;
   std::shared_ptr<TokenSink> sink;
   int64_t reserved_bytes = 0;
@@ -107,6 +107,10 @@ void BatchScheduler::InitMetrics() {
   m_.received_bytes = r->GetCounter("pdserve_kv_received_bytes_total", "K/V payload bytes received and accepted.");
   m_.generated_tokens = r->GetCounter("pdserve_decode_generated_tokens_total",
                                       "Tokens generated (the prefill's first token included).");
+  m_.local_prefills = r->GetCounter("pdserve_decode_local_prefills_total",
+                                    "Prompts prefilled on this decode worker (conditional local prefill).");
+  m_.local_prefill_tokens = r->GetCounter("pdserve_decode_local_prefill_tokens_total",
+                                          "Prompt tokens prefilled on this decode worker.");
   m_.steps = r->GetCounter("pdserve_decode_steps_total", "Batched decode steps run.");
   m_.batch_size = r->GetHistogram("pdserve_decode_batch_size", "Sequences per decode step.",
                                   ExponentialBuckets(1, 2, 8));
@@ -159,8 +163,24 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
                                                    request.max_new_tokens, " must be within [2, max_context ",
                                                    c.max_context, "]"));
   }
+  if (!request.local_prompt.empty()) {
+    if (static_cast<int64_t>(request.local_prompt.size()) != request.prompt_len) {
+      return absl::InvalidArgumentError(absl::StrCat("local prefill of ", request.local_prompt.size(),
+                                                     " prompt ids, but prompt_len is ", request.prompt_len));
+    }
+    for (int64_t id : request.local_prompt) {
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt id ", id, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+  }
   auto e = std::make_shared<Entry>();
   e->request = request;
+  if (!request.local_prompt.empty()) {
+    e->state = Entry::State::kLocalPrefill;
+    e->sampling = request.sampling;
+  }
   e->sink = std::move(sink);
   e->reserved_bytes = ReservationBytes(request.prompt_len, request.max_new_tokens);
   e->admitted_at = absl::Now();
@@ -176,6 +196,7 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
         options_.kv_budget_bytes - reserved_bytes_, " of ", options_.kv_budget_bytes, " are free"));
   }
   reserved_bytes_ += e->reserved_bytes;
+  if (e->state == Entry::State::kLocalPrefill) local_queue_.push_back(e);
   entries_[request.request_id] = std::move(e);
   return absl::OkStatus();
 }
@@ -220,6 +241,10 @@ absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64
                                             "', which no Decode call admitted on this worker"));
   }
   const std::shared_ptr<Entry>& e = it->second;
+  if (e->state == Entry::State::kLocalPrefill) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV hand-off rejected: request ", request_id, " is prefilled on this decode worker"));
+  }
   if (e->state != Entry::State::kAwaitingKv) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV hand-off rejected: request ", request_id, " already has a hand-off"));
@@ -243,6 +268,44 @@ void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffS
   }
   seq->cache = std::move(*cache);
   seq->pos = state.prompt_len;
+  StartRunning(e, std::move(seq), first_token);
+}
+
+bool BatchScheduler::PrefillOneLocally() {
+  std::shared_ptr<Entry> e;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!local_queue_.empty() && e == nullptr) {
+      e = std::move(local_queue_.front());
+      local_queue_.pop_front();
+      if (e->state != Entry::State::kLocalPrefill) e = nullptr;  // cancelled while queued
+    }
+    if (e == nullptr) return false;
+    e->state = Entry::State::kReceiving;  // from here on like a completed hand-off
+  }
+  auto seq = engine_->NewSequence();
+  absl::Status st = seq->cache.Reserve(e->request.prompt_len + e->request.max_new_tokens);
+  PrefillHooks hooks;
+  hooks.check_cancelled = [this, &e]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    if (e->state == Entry::State::kDone) return absl::CancelledError("cancelled during local prefill");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<at::Tensor> logits =
+      st.ok() ? engine_->Prefill(seq.get(), e->request.local_prompt, 0, &hooks) : absl::StatusOr<at::Tensor>(st);
+  if (!logits.ok()) {
+    FailRequest(e, logits.status());
+    return true;
+  }
+  const auto first = static_cast<uint32_t>(engine_->Sample(*logits, e->sampling, 0));
+  m_.local_prefills->Increment();
+  m_.local_prefill_tokens->Increment(static_cast<double>(e->request.prompt_len));
+  StartRunning(e, std::move(seq), first);
+  return true;
+}
+
+void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_ptr<Sequence> seq,
+                                  uint32_t first_token) {
   const ModelConfig& c = engine_->config();
   FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
   {
@@ -303,7 +366,11 @@ void BatchScheduler::ExpireStale() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, e] : entries_) {
-      if (e->state != Entry::State::kRunning && e->admitted_at < cutoff) stale.push_back(e);
+      // Local prefills wait for the loop, not for a hand-off.
+      if (e->state != Entry::State::kRunning && e->state != Entry::State::kLocalPrefill &&
+          e->admitted_at < cutoff) {
+        stale.push_back(e);
+      }
     }
   }
   for (auto& e : stale) {
@@ -319,7 +386,9 @@ void BatchScheduler::Loop() {
     std::vector<std::shared_ptr<Entry>> batch;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !running_.empty(); };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !running_.empty() || !local_queue_.empty();
+      };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_) return;
       const int64_t n = static_cast<int64_t>(running_.size());
@@ -333,6 +402,9 @@ void BatchScheduler::Loop() {
       last_expiry = absl::Now();
     }
     if (!batch.empty()) Step(batch);
+    // One local prefill per step: the running streams pay at most one short
+    // prompt's prefill per token (the prompts are short by the router's rule).
+    PrefillOneLocally();
   }
 }
 

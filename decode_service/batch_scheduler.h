@@ -6,6 +6,9 @@
 //                  ResourceExhausted so that the router tries another worker;
 //   hand-off       a KvReceiveSession (this class is the KvReceiver) checks
 //                  every chunk, then imports the cache into the reservation;
+//   or local       a short prompt the router sends with its ids (conditional
+//     prefill      local prefill): the loop prefills it between two decode
+//                  steps and samples the first token itself, no hand-off;
 //   running        every step is ONE batched forward over all running
 //                  sequences; new ones join between steps, finished ones
 //                  leave;
@@ -15,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -61,6 +65,10 @@ struct AdmitRequest {
   int64_t prompt_len = 0;
   int64_t max_new_tokens = 0;
   bool ignore_eos = false;
+  // Conditional local prefill: the prompt (prompt_len ids) and the sampling
+  // of the whole generation. Empty = the K/V comes through a hand-off.
+  std::vector<int64_t> local_prompt;
+  SamplingParams sampling;
 };
 
 class BatchScheduler final : public KvReceiver {
@@ -73,9 +81,11 @@ class BatchScheduler final : public KvReceiver {
   // Stops taking work, fails live requests with Unavailable and joins.
   void Shutdown();
 
-  // Reserves the request's KV. InvalidArgument for impossible sizes,
-  // AlreadyExists for a live request id, ResourceExhausted when the budget
-  // cannot hold it, Unavailable when shutting down.
+  // Reserves the request's KV (and queues a local prefill). InvalidArgument
+  // for impossible sizes or a local prompt of the wrong length or with ids
+  // outside the vocabulary, AlreadyExists for a live request id,
+  // ResourceExhausted when the budget cannot hold it, Unavailable when
+  // shutting down.
   absl::Status Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink);
 
   // Drops a request wherever it is and frees its KV (a running one after
@@ -98,6 +108,10 @@ class BatchScheduler final : public KvReceiver {
   // The session's hooks into the table (under mu_).
   absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, std::shared_ptr<Entry>* out);
   void CompleteHandoff(const std::shared_ptr<Entry>& entry, KvHandoffState state, uint32_t first_token);
+  // Emits the first token and lets the sequence join the steps (or ends it).
+  void StartRunning(const std::shared_ptr<Entry>& entry, std::unique_ptr<Sequence> seq, uint32_t first_token);
+  // Runs one queued local prefill on the loop thread; false when none.
+  bool PrefillOneLocally();
   void FailRequest(const std::shared_ptr<Entry>& entry, const absl::Status& status);
 
   void Loop();
@@ -117,6 +131,8 @@ class BatchScheduler final : public KvReceiver {
     Counter* handoff_rejections;
     Counter* received_bytes;
     Counter* generated_tokens;
+    Counter* local_prefills;
+    Counter* local_prefill_tokens;
     Counter* steps;
     Histogram* batch_size;
     Histogram* step_seconds;
@@ -131,6 +147,7 @@ class BatchScheduler final : public KvReceiver {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Entry>> running_ ABSL_GUARDED_BY(mu_);  // admission order
+  std::deque<std::shared_ptr<Entry>> local_queue_ ABSL_GUARDED_BY(mu_);  // local prefills, FIFO
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rotate_ ABSL_GUARDED_BY(mu_) = 0;  // fairness when running > max_batch

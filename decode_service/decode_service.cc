@@ -46,6 +46,14 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackSe
   admit.prompt_len = static_cast<int64_t>(request->prompt_len());
   admit.max_new_tokens = request->max_new_tokens();
   admit.ignore_eos = request->ignore_eos();
+  if (request->prefill_locally()) {
+    admit.local_prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
+    admit.sampling = SamplingFromProto(request->sampling());
+    if (admit.local_prompt.empty()) {
+      reactor->Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prefill_locally without prompt_token_ids"));
+      return reactor.get();
+    }
+  }
   absl::Status st = scheduler_->Admit(admit, reactor);
   if (!st.ok()) {
     reactor->Close(ToGrpcStatus(st));
@@ -59,13 +67,23 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackSe
 
 grpc::ServerReadReactor<internal::v1::KvChunk>* DecodeService::PushKv(grpc::CallbackServerContext* context,
                                                                       internal::v1::PushKvResponse* response) {
-  return NewPushKvReactor(context, scheduler_, response);
+  return NewPushKvReactor(context, scheduler_, response, nccl_);
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetLoad(grpc::CallbackServerContext* context,
                                                  const internal::v1::GetLoadRequest* request,
                                                  internal::v1::GetLoadResponse* response) {
   *response = scheduler_->Load();
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::NcclConnect(grpc::CallbackServerContext* context,
+                                                     const internal::v1::NcclConnectRequest* request,
+                                                     internal::v1::NcclConnectResponse* response) {
+  // Joining the communicator happens on its own thread: this answers now.
+  *response = AnswerNcclConnect(nccl_, *request);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -22,6 +22,9 @@ ABSL_FLAG(int, port, 50051, "Router port on 127.0.0.1.");
 ABSL_FLAG(int64_t, kv_budget_mb, 2048, "Decode worker KV budget (MiB).");
 ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int64_t, local_prefill_max_tokens, 0,
+          "Prompts of at most this many tokens are prefilled on the decode worker itself (no prefill "
+          "worker, no KV hand-off); 0 turns it off.");
 ABSL_FLAG(bool, log_requests, false, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, metrics_port, 0, "HTTP port for Prometheus /metrics of all three; 0 picks one (printed), -1 turns it off.");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
   pdserve::RouterOptions ro;
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   ro.log_requests = absl::GetFlag(FLAGS_log_requests);
+  ro.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
   ro.metrics = &metrics;
   pdserve::RouterService router(engine->config(), std::move(*tokenizer), &prefill_pool, &decode_pool, ro);
   auto router_server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {&router});

@@ -23,6 +23,9 @@ ABSL_FLAG(int, poll_interval_ms, 500, "Milliseconds between health and load poll
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int, max_attempts, 3, "Placement attempts per request before UNAVAILABLE.");
 ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one healthy worker of each kind.");
+ABSL_FLAG(int64_t, local_prefill_max_tokens, 0,
+          "Prompts of at most this many tokens are prefilled on the decode worker itself (no prefill "
+          "worker, no KV hand-off); 0 turns it off.");
 ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, metrics_port, 9090, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
@@ -82,6 +85,7 @@ int main(int argc, char** argv) {
   ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
   ro.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   ro.log_requests = absl::GetFlag(FLAGS_log_requests);
+  ro.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
   ro.metrics = &metrics;
   if (ro.max_attempts < 1) pdserve::Die("--max-attempts must be >= 1", 2);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, ro);

@@ -122,6 +122,12 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
     dreq.set_max_new_tokens(request_.sampling().max_new_tokens());
     dreq.set_ignore_eos(request_.sampling().ignore_eos());
     dreq.set_prompt_len(prompt_.size());
+    const bool local = static_cast<int64_t>(prompt_.size()) <= service_->options_.local_prefill_max_tokens;
+    if (local) {
+      dreq.set_prefill_locally(true);
+      dreq.mutable_prompt_token_ids()->Assign(prompt_.begin(), prompt_.end());
+      *dreq.mutable_sampling() = request_.sampling();
+    }
     auto dstub = internal::v1::DecodeWorker::NewStub(service_->decode_->Channel(d));
     service_->decode_->ReportDispatched(d);
     auto reader = dstub->Decode(&dctx, dreq);
@@ -138,6 +144,14 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
         *retry = true;
       }
       return Annotate(st, "decode worker", d);
+    }
+
+    if (local) {
+      // The decode worker prefills: it is both workers of this request.
+      service_->local_prefills_->Increment();
+      usage_.set_prefill_worker(d);
+      usage_.set_decode_worker(d);
+      return RelayAndFinish(reader.get(), &dctx, d, tried_decode, retry);
     }
 
     // 2. Prefill, with the K/V going to `d`.
@@ -196,9 +210,15 @@ class RouterService::GenerateCall final : public QueuedWriter<GenerateResponse> 
     usage_.set_kv_handoff_exposed_ns(presp.kv_handoff_exposed_ns());
     usage_.set_prefill_worker(p);
     usage_.set_decode_worker(d);
+    return RelayAndFinish(reader.get(), &dctx, d, tried_decode, retry);
+  }
 
-    // 3. Relay tokens until a finish reason, a stop string or an error.
-    st = Relay(reader.get(), &dctx);
+  // 3. Relays tokens until a finish reason, a stop string or an error.
+  // Sets *retry when nothing was streamed yet and another decode worker may
+  // succeed.
+  grpc::Status RelayAndFinish(grpc::ClientReader<DecodeResponse>* reader, grpc::ClientContext* dctx,
+                              const std::string& d, std::vector<std::string>* tried_decode, bool* retry) {
+    grpc::Status st = Relay(reader, dctx);
     service_->decode_->ReportFinished(d);
     Track(nullptr, nullptr);
     if (!st.ok() && streamed_ == 0 && Retryable(st.error_code()) && !Gone()) {
@@ -333,6 +353,8 @@ RouterService::RouterService(const ModelConfig& config, std::unique_ptr<Tokenize
   generated_tokens_ = metrics_->GetCounter("pdserve_router_generated_tokens_total", "Tokens streamed to clients.");
   retries_ = metrics_->GetCounter("pdserve_router_placement_retries_total",
                                   "Placements retried on another worker (UNAVAILABLE or RESOURCE_EXHAUSTED).");
+  local_prefills_ = metrics_->GetCounter("pdserve_router_local_prefills_total",
+                                        "Requests prefilled on their decode worker (--local-prefill-max-tokens).");
   RequestsCounter(grpc::StatusCode::OK);
   if (options_.metrics != nullptr) {
     metrics_->AddCallbackGauge("pdserve_router_inflight_requests", "Generate calls in flight.", [this] {

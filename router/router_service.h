@@ -6,7 +6,9 @@
 //      answers `admitted` (RESOURCE_EXHAUSTED / UNAVAILABLE: next worker);
 //   2. pick a prefill worker; Prefill runs the prompt and pushes the K/V to
 //      the chosen decode worker (UNAVAILABLE / RESOURCE_EXHAUSTED before
-//      any token: retry elsewhere);
+//      any token: retry elsewhere). Prompts up to local_prefill_max_tokens
+//      skip this: the Decode call carries them and the decode worker
+//      prefills them itself;
 //   3. relay the decode stream: incremental detokenization (whole UTF-8
 //      characters only), stop sequences, usage on the last message.
 // Client cancellation and deadlines reach both workers through the
@@ -34,6 +36,10 @@ struct RouterOptions {
   int max_attempts = 3;
   // Requests in flight; more get RESOURCE_EXHAUSTED.
   int max_inflight = 512;
+  // Conditional local prefill: prompts of at most this many tokens are
+  // prefilled on the decode worker itself, skipping the prefill worker and
+  // the hand-off (0 = never).
+  int64_t local_prefill_max_tokens = 0;
   // One line per finished request on stderr.
   bool log_requests = true;
   // Where to report metrics; nullptr = nowhere. Must outlive the service.
@@ -69,6 +75,7 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   Counter* prompt_tokens_;
   Counter* generated_tokens_;
   Counter* retries_;
+  Counter* local_prefills_;
   WorkerPool* prefill_;
   WorkerPool* decode_;
   const RouterOptions options_;

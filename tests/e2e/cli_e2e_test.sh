@@ -26,6 +26,15 @@ for b in pdserve-model-info pdserve-init-model pdserve-generate; do
   [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "$b: expected one error line, got: $(cat "$TMP/err")"
 done
 
+echo "--- the servers' --help lists their own flags, not only the shared ones"
+for pair in router/pdserve-router:local_prefill_max_tokens prefill_service/pdserve-prefill:max_queue \
+            decode_service/pdserve-decode:kv_budget_mb local/pdserve-local:port; do
+  b=$BUILD/${pair%%:*}
+  "$b" --help >"$TMP/help" || fail "$b --help"
+  grep -q -- "--${pair##*:} " "$TMP/help" || fail "$b --help does not list --${pair##*:}: $(cat "$TMP/help")"
+  grep -q -- "--kv_dtype\|--decode_dns" "$TMP/help" || fail "$b --help lacks the shared flags"
+done
+
 echo "--- a missing model directory is one clear line"
 if "$BIN/pdserve-generate" --model "$TMP/nope" --prompt-ids 1,2 2>"$TMP/err"; then fail "loaded a missing model"; fi
 grep -q "does not exist" "$TMP/err" || fail "unexpected error: $(cat "$TMP/err")"

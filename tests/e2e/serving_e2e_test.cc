@@ -119,7 +119,9 @@ class ServingE2eTest : public ::testing::Test {
     s.StartRouter("Rs", s.addr["P1"], d12, {"--poll-interval-ms", "3600000"});
     s.StartRouter("Rf", s.addr["P1"], s.addr["Dbad"]);
     s.StartRouter("Rb", s.addr["Pb"], s.addr["Db"]);
-    for (const char* r : {"R", "Rs", "Rf", "Rb"}) s.AwaitPort(r);
+    // Prompts of up to 13 tokens are prefilled on the decode worker.
+    s.StartRouter("Rl", s.addr["P1"], d12, {"--local-prefill-max-tokens", "13"});
+    for (const char* r : {"R", "Rs", "Rf", "Rb", "Rl"}) s.AwaitPort(r);
 
     EngineOptions eo;
     eo.num_threads = 1;
@@ -227,6 +229,41 @@ TEST_F(ServingE2eTest, SixteenConcurrentRequestsAllCorrectAndBatched) {
   }
   const uint32_t batched = std::max(DecodeLoad(Addr("D1")).max_batch_size(), DecodeLoad(Addr("D2")).max_batch_size());
   EXPECT_GT(batched, 1u) << "the decode workers never ran more than one sequence per step";
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+}
+
+TEST_F(ServingE2eTest, LocalPrefillOnTheDecodeWorkerGivesTheSameTokens) {
+  using ::pdserve::testing::MetricValue;
+  auto local_prefills = [] {
+    double v = 0;
+    for (const char* d : {"D1", "D2"}) {
+      v += MetricValue(::pdserve::testing::HttpGetMetrics(g_stack->metrics_port[d]),
+                       "pdserve_decode_local_prefills_total");
+    }
+    return v;
+  };
+  const double before = local_prefills();
+  // 3 and 13 tokens go local (13 spans 4 chunks and the window of 8), 30
+  // through the prefill worker; all at once, so local prefills run between
+  // the steps of streams already decoding.
+  std::vector<pdserve::v1::GenerateRequest> reqs;
+  for (int64_t len : {30, 3, 13, 30, 13, 3}) {
+    auto r = IdsRequest(Prompt(len, len + 3), 30, reqs.size() % 2 ? 0.8f : 0.0f, 0.9f, 0, 77 + reqs.size());
+    r.mutable_sampling()->set_ignore_eos(true);
+    reqs.push_back(r);
+  }
+  std::vector<GenerateResult> got(reqs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) threads.emplace_back([&, i] { got[i] = Generate(Addr("Rl"), reqs[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << i << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, Reference(reqs[i])) << "request " << i;
+    const bool local = reqs[i].token_ids_size() <= 13;
+    EXPECT_EQ(got[i].usage.kv_handoff_bytes() == 0, local) << "request " << i;
+    EXPECT_EQ(got[i].usage.prefill_worker() == got[i].usage.decode_worker(), local) << "request " << i;
+  }
+  EXPECT_EQ(local_prefills() - before, 4);
   EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
 }
 
