@@ -5,22 +5,10 @@
 # the flag and connection errors.
 # Usage: bench_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$1
-SRC=$2
+source "$(dirname "$0")/lib.sh"
+e2e_init "$@"
+E2E_LOGS=(out.txt err.txt local.log)
 BENCH="$BUILD/clients/pdserve-bench"
-WORK=$(mktemp -d)
-STACK=
-cleanup() {
-  [ -n "$STACK" ] && kill -KILL "$STACK" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in out.txt err.txt local.log; do [ -f "$WORK/$f" ] && { echo "--- $f" >&2; tail -n 60 "$WORK/$f" >&2; }; done
-  exit 1
-}
-ok() { echo "ok: $*"; }
 
 "$BENCH" --help >/dev/null || fail "--help did not exit 0"
 ok "--help exits 0"
@@ -36,11 +24,7 @@ ok "bad flags exit 2"
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
 # A port apart from the other e2e scripts' ranges, so they can run side by side.
 PORT=$((30000 + $$ % 10000))
-OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$WORK/m" --port "$PORT" >"$WORK/local.log" 2>&1 &
-STACK=$!
-for _ in $(seq 1 300); do grep -q "router on" "$WORK/local.log" && break; sleep 0.1; done
-grep -q "router on" "$WORK/local.log" || fail "pdserve-local did not start"
-ROUTER="127.0.0.1:$PORT"
+start_local_stack "$WORK/m" "$PORT"
 
 # 1. Closed loop: 8 prompts of 32 tokens, 16 out each, 4 in flight, goodput
 #    SLOs in vllm's spelling (two arguments), a warmup request.
@@ -155,13 +139,7 @@ grep -Eq "^  INVALID_ARGUMENT: +2$" "$WORK/out.txt" || fail "failures not counte
 grep -q "every request failed" "$WORK/err.txt" || fail "no 'every request failed' line"
 ok "failures counted by status code, exit 1"
 
-kill -TERM "$STACK"
-for _ in $(seq 1 100); do kill -0 "$STACK" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$STACK" 2>/dev/null && fail "pdserve-local still running 10 s after SIGTERM"
-wait "$STACK" && rc=0 || rc=$?
-STACK=
-[ "$rc" = 0 ] || fail "pdserve-local exited $rc after SIGTERM"
-ok "stack stopped"
+stop_local_stack
 
 # No router: a clear error and exit 1, not a hang.
 rc=0

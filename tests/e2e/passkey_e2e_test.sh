@@ -5,22 +5,10 @@
 # random model (not itself) for an accuracy near 0.
 # Usage: passkey_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$1
-SRC=$2
+source "$(dirname "$0")/lib.sh"
+e2e_init "$@"
+E2E_LOGS=(out.txt err.txt local.log)
 PK="$BUILD/clients/pdserve-passkey"
-WORK=$(mktemp -d)
-STACK=
-cleanup() {
-  [ -n "$STACK" ] && kill -KILL "$STACK" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in out.txt err.txt local.log; do [ -f "$WORK/$f" ] && { echo "--- $f" >&2; cat "$WORK/$f" >&2; }; done
-  exit 1
-}
-ok() { echo "ok: $*"; }
 
 "$PK" --help >/dev/null || fail "--help did not exit 0"
 ok "--help exits 0"
@@ -31,11 +19,7 @@ ok "bad --position exits 2"
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
 # A port apart from stack_e2e_test's range, so the two can run side by side.
 PORT=$((40000 + $$ % 20000))
-OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$WORK/m" --port "$PORT" >"$WORK/local.log" 2>&1 &
-STACK=$!
-for _ in $(seq 1 300); do grep -q "router on" "$WORK/local.log" && break; sleep 0.1; done
-grep -q "router on" "$WORK/local.log" || fail "pdserve-local did not start"
-ROUTER="127.0.0.1:$PORT"
+start_local_stack "$WORK/m" "$PORT"
 
 # The run: two short lengths, two trials each.
 rc=0
@@ -112,13 +96,7 @@ rc=0
 [ "$rc" = 2 ] && grep -q "minimum" "$WORK/err.txt" || fail "length 100: exit $rc"
 ok "too-short length exits 2"
 
-kill -TERM "$STACK"
-for _ in $(seq 1 100); do kill -0 "$STACK" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$STACK" 2>/dev/null && fail "pdserve-local still running 10 s after SIGTERM"
-wait "$STACK" && rc=0 || rc=$?
-STACK=
-[ "$rc" = 0 ] || fail "pdserve-local exited $rc after SIGTERM"
-ok "stack stopped"
+stop_local_stack
 
 # No router at all: a clear error and exit 1, not a hang.
 rc=0

@@ -4,24 +4,12 @@
 # pdserve-generate, and the stack stops cleanly on SIGTERM.
 # Usage: stack_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
-BUILD=$1
-SRC=$2
-WORK=$(mktemp -d)
-STACK=
-cleanup() {
-  [ -n "$STACK" ] && kill -KILL "$STACK" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$WORK/local.log" ] && cat "$WORK/local.log" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
+e2e_init "$@"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 3 --out "$WORK/m" >/dev/null 2>&1
 PORT=$((20000 + $$ % 20000))
-OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$WORK/m" --port "$PORT" --prefill-chunk 5 \
-  >"$WORK/local.log" 2>&1 &
-STACK=$!
-for _ in $(seq 1 300); do grep -q "router on" "$WORK/local.log" && break; sleep 0.1; done
-grep -q "router on" "$WORK/local.log" || fail "pdserve-local did not start"
+start_local_stack "$WORK/m" "$PORT" --prefill-chunk 5
 
 check() {  # check NAME EXPECTED GOT
   [ "$2" = "$3" ] || fail "$1: expected $2, got $3"
@@ -50,10 +38,5 @@ err=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "127.0.0.1:$PO
       --max-new-tokens 4 2>&1 >/dev/null || true)
 case "$err" in *INVALID_ARGUMENT*) echo "ok: bad id is INVALID_ARGUMENT" ;; *) fail "bad id gave: $err" ;; esac
 
-kill -TERM "$STACK"
-for _ in $(seq 1 100); do kill -0 "$STACK" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$STACK" 2>/dev/null && fail "pdserve-local still running 10 s after SIGTERM"
-wait "$STACK" && rc=0 || rc=$?
-STACK=
-check "pdserve-local exit status after SIGTERM" 0 "$rc"
+stop_local_stack
 echo "PASS"
