@@ -1,9 +1,11 @@
 #include "common/model/attention.h"
+#include "common/model/decode_attention.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace pdserve {
 namespace {
@@ -102,6 +104,37 @@ TEST(AttentionTest, Bf16KeysAreComputedInF32) {
                                  at::zeros({2}), at::Tensor());
   EXPECT_EQ(a.scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(a, b));
+}
+
+
+// The fused decode kernel gives AttendWithSinks' numbers for one query:
+// GQA (2 query heads per KV head), fp32 and bf16 K/V, head dims with and
+// without a tail past the 8-wide vectors, 1 to 130 rows.
+TEST(DecodeAttentionTest, MatchesAttendWithSinksForOneQuery) {
+  at::manual_seed(3);
+  for (int64_t d : {16, 20, 96}) {
+    for (int64_t S : {1, 7, 130}) {
+      for (bool bf16 : {false, true}) {
+        const int64_t H = 4, K = 2;
+        at::Tensor q = at::randn({1, H, d});
+        at::Tensor k = at::randn({S, K, d}).to(bf16 ? at::kBFloat16 : at::kFloat);
+        at::Tensor v = at::randn({S, K, d}).to(bf16 ? at::kBFloat16 : at::kFloat);
+        at::Tensor sinks = at::randn({H}) * 3;
+        at::Tensor want = AttendWithSinks(q, k, v, sinks, at::Tensor());
+        std::vector<float> out(H * d), scratch((H / K) * S);
+        const DecodeAttnRows rows{k.data_ptr(), v.data_ptr(), S};
+        const DecodeAttnShape shape{H, K, d, bf16};
+        for (int64_t kvh = 0; kvh < K; ++kvh) {
+          DecodeAttentionHead(q.data_ptr<float>(), rows, shape, sinks.data_ptr<float>(), kvh, scratch.data(),
+                              out.data());
+        }
+        at::Tensor got = at::from_blob(out.data(), {1, H * d}, at::kFloat);
+        EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5))
+            << "d " << d << " S " << S << " bf16 " << bf16 << " max diff "
+            << (got - want).abs().max().item<float>();
+      }
+    }
+  }
 }
 
 }  // namespace

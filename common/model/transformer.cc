@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/attention.h"
+#include "common/model/decode_attention.h"
 #include "common/model/gemv_kernels.h"
 #include "common/util/status_macros.h"
 
@@ -24,19 +25,27 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (!needs_grad && M > 0 && M <= 4 * kGemvMaxRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
       w.is_contiguous() && (bf16 || w.scalar_type() == at::kFloat) && GemvAvailable()) {
     // Decode-sized: our kernels stream each weight row once per 8 rows of x.
+    // Past 8 rows, a tile of ~64 KiB of weight rows is taken through every
+    // group of 8 while it sits in L2, so DRAM sees each weight once per step
+    // (the LM head alone is 196 MB in bf16). Each y element is still one
+    // kernel row with one summation order: tiling changes no bits.
     const at::Tensor xc = x.contiguous();
     const int64_t K = w.size(1), N = w.size(0);
     at::Tensor y = at::empty({M, N}, at::kFloat);
     const float* xp = xc.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     const void* wp = w.data_ptr();
+    const int64_t tile = M <= kGemvMaxRows ? N : std::max<int64_t>(8, (int64_t{64} << 10) / (K * w.element_size()));
     at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
-      for (int64_t m = 0; m < M; m += kGemvMaxRows) {
-        const int64_t rows = std::min(kGemvMaxRows, M - m);
-        if (bf16) {
-          GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), n0, n1, yp + m * N, N);
-        } else {
-          GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), n0, n1, yp + m * N, N);
+      for (int64_t t0 = n0; t0 < n1; t0 += tile) {
+        const int64_t t1 = std::min(n1, t0 + tile);
+        for (int64_t m = 0; m < M; m += kGemvMaxRows) {
+          const int64_t rows = std::min(kGemvMaxRows, M - m);
+          if (bf16) {
+            GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), t0, t1, yp + m * N, N);
+          } else {
+            GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), t0, t1, yp + m * N, N);
+          }
         }
       }
     });
@@ -185,6 +194,46 @@ absl::StatusOr<at::Tensor> Transformer::Forward(const at::Tensor& ids, const std
   }
 }
 
+absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const at::Tensor& q,
+                                                            const at::Tensor& k, const at::Tensor& v,
+                                                            const std::vector<Segment>& segments,
+                                                            const at::Tensor& sinks) const {
+  const ModelConfig& c = w_.config;
+  const int64_t B = static_cast<int64_t>(segments.size()), H = c.n_heads, d = c.head_dim;
+  std::vector<at::Tensor> keep;  // the cache views, alive until the kernel ran
+  std::vector<DecodeAttnRows> rows(B);
+  DecodeAttnShape shape{H, c.n_kv_heads, d, false};
+  int64_t max_rows = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    MixedKVCache* cache = segments[b].cache;
+    RETURN_IF_ERROR(cache->Append(layer, k.narrow(0, b, 1), v.narrow(0, b, 1)));
+    auto [kk, vv] = cache->GetUnordered(layer);
+    if (!kk.is_contiguous() || !vv.is_contiguous()) {
+      return absl::InternalError(absl::StrCat("cache rows of layer ", layer, " are not contiguous"));
+    }
+    shape.bf16 = kk.scalar_type() == at::kBFloat16;
+    rows[b] = {kk.data_ptr(), vv.data_ptr(), kk.size(0)};
+    max_rows = std::max(max_rows, kk.size(0));
+    keep.push_back(std::move(kk));
+    keep.push_back(std::move(vv));
+  }
+  const at::Tensor qc = q.contiguous();
+  const at::Tensor sc = sinks.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({B, H * d}, at::kFloat);
+  const float* qp = qc.data_ptr<float>();
+  const float* sp = sc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t K = c.n_kv_heads, rep = H / K;
+  at::parallel_for(0, B * K, /*grain_size=*/1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scratch(rep * max_rows);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / K;
+      DecodeAttentionHead(qp + b * H * d, rows[b], shape, sp, i % K, scratch.data(), op + b * H * d);
+    }
+  });
+  return out;
+}
+
 absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                                     const ForwardOptions& options) const {
   const ModelConfig& c = config();
@@ -246,6 +295,15 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     sinks = &local_sinks;
   }
 
+  // A decode step (one new token per cached sequence) takes the fused
+  // attention kernel: one call for all sequences instead of ~15 ATen calls
+  // per sequence and layer.
+  const bool fused_decode_attention =
+      GemvAvailable() && !at::GradMode::is_enabled() &&
+      std::all_of(segments.begin(), segments.end(), [](const Segment& s) {
+        return s.length == 1 && s.cache != nullptr;
+      });
+
   at::Tensor x = w_.embed.index_select(0, ids);
   if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
 
@@ -267,6 +325,13 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     at::Tensor k = Rope::Apply(kv.narrow(1, 0, K * d).view({N, K, d}), cos[g], sin[g]);
     at::Tensor v = kv.narrow(1, K * d, K * d).reshape({N, K, d});
 
+    if (fused_decode_attention) {
+      ASSIGN_OR_RETURN(at::Tensor attn, DecodeStepAttention(l, q, k, v, segments, (*sinks)[l]));
+      x = x + Linear(attn, L.o_proj);
+      if (options.after_layer) RETURN_IF_ERROR(options.after_layer(l));
+      x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
+      continue;
+    }
     std::vector<at::Tensor> outs;
     int64_t off = 0;
     for (const Segment& s : segments) {

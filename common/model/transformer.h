@@ -59,6 +59,12 @@ class Transformer {
   absl::StatusOr<at::Tensor> ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
+  // Attention of a decode step (every segment one token with a cache):
+  // appends each row's K/V, then the fused kernel over all sequences.
+  // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
+  absl::StatusOr<at::Tensor> DecodeStepAttention(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, const std::vector<Segment>& segments,
+                                                 const at::Tensor& sinks) const;
   // An expert or shared MLP: fused gate|up when available.
   at::Tensor ExpertMlp(int64_t layer, int64_t expert, const at::Tensor& x) const;
   at::Tensor SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const;

@@ -1,0 +1,101 @@
+// pdserve-step-bench: the decode worker's step alone. For each batch size B,
+// B sequences with short prompts run `--steps` batched Engine::DecodeStep
+// calls (plus sampling), with no serving, no prefill and no other process
+// in the way. Prints ms per step, output tokens/s, the ratio to B = 1, and
+// the weight bytes a step must read at least (every dense weight once, the
+// experts the batch routes to) over the step time: the achieved bandwidth.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "clients/cli_util.h"
+#include "common/engine/engine.h"
+
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
+ABSL_FLAG(std::string, weights_dtype, "bf16", "Matmul weights in memory: f32 or bf16.");
+ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
+ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");
+ABSL_FLAG(int64_t, prompt_len, 16, "Prompt tokens of each sequence.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Bytes of the weights one step over `batch` must read: everything but the
+// experts, plus each expert some row of the batch routed to (counted as all
+// experts once B * top_k >= n_experts, a lower bound otherwise).
+double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, int64_t elem) {
+  const double d = static_cast<double>(c.d_model);
+  const double attn = d * c.n_heads * c.head_dim * 2 + d * c.n_kv_heads * c.head_dim * 2;
+  const double expert = 3.0 * d * c.expert_hidden;
+  const double used = std::min<double>(c.n_experts, static_cast<double>(batch * c.top_k));
+  const double layer = attn + expert * (c.n_shared_experts + used) + d * c.n_experts;
+  return (c.n_layers * layer + d * c.vocab_size) * elem;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::InitCli(argc, argv,
+                   "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
+                   "Usage: pdserve-step-bench --model DIR [--weights-dtype bf16] [--batch-sizes 1,2,4,8,16,32]\n"
+                   "       [--steps 16] [--prompt-len 16] [--threads 0]");
+  pdserve::EngineOptions eo;
+  auto wd = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
+  if (!wd.ok()) pdserve::Die(wd.status(), 2);
+  eo.weights_dtype = *wd;
+  eo.num_threads = absl::GetFlag(FLAGS_threads);
+  auto sizes = pdserve::ParseIdList(absl::GetFlag(FLAGS_batch_sizes));
+  if (!sizes.ok() || sizes->empty()) pdserve::Die("--batch-sizes must be a list of positive integers", 2);
+  const int64_t steps = absl::GetFlag(FLAGS_steps), prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  if (steps < 1 || prompt_len < 1) pdserve::Die("--steps and --prompt-len must be >= 1", 2);
+  auto engine = pdserve::Engine::Load(absl::GetFlag(FLAGS_model), eo);
+  if (!engine.ok()) pdserve::Die(engine.status(), 1);
+  const pdserve::Engine& e = **engine;
+  const pdserve::ModelConfig& c = e.config();
+  const int64_t elem = eo.weights_dtype == pdserve::WeightsDtype::kBF16 ? 2 : 4;
+
+  std::printf("%s, %s weights, %d threads, %lld steps per point\n", c.name.c_str(),
+              absl::GetFlag(FLAGS_weights_dtype).c_str(), at::get_num_threads(), static_cast<long long>(steps));
+  std::printf("%5s %10s %10s %10s %12s %10s\n", "batch", "ms/step", "tok/s", "x batch 1", "weights MB", "GB/s");
+  double base = 0;
+  for (int64_t b : *sizes) {
+    std::vector<std::unique_ptr<pdserve::Sequence>> seqs;
+    std::vector<pdserve::Sequence*> ptrs;
+    std::vector<int64_t> tokens;
+    for (int64_t i = 0; i < b; ++i) {
+      seqs.push_back(e.NewSequence());
+      std::vector<int64_t> prompt;
+      for (int64_t t = 0; t < prompt_len; ++t) prompt.push_back((t * 131 + i * 17 + 3) % c.vocab_size);
+      auto logits = e.Prefill(seqs.back().get(), prompt);
+      if (!logits.ok()) pdserve::Die(logits.status(), 1);
+      ptrs.push_back(seqs.back().get());
+      tokens.push_back(e.Sample(*logits, {}, 0));
+    }
+    Clock::time_point t0;
+    for (int64_t s = 0; s < steps + 2; ++s) {
+      if (s == 2) t0 = Clock::now();
+      auto logits = e.DecodeStep(ptrs, tokens);
+      if (!logits.ok()) pdserve::Die(logits.status(), 1);
+      for (int64_t i = 0; i < b; ++i) tokens[i] = e.Sample((*logits)[i], {}, static_cast<uint64_t>(s + 1));
+    }
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+    const double tps = 1000.0 * b / ms;
+    if (base == 0) base = tps;
+    const double bytes = StepWeightBytes(c, b, elem);
+    std::printf("%5lld %10.1f %10.1f %10.2f %12.0f %10.1f\n", static_cast<long long>(b), ms, tps, tps / base,
+                bytes / 1e6, bytes / ms / 1e6);
+    std::fflush(stdout);
+  }
+  return 0;
+}
