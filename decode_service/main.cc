@@ -4,6 +4,8 @@
 
 #include "absl/flags/flag.h"
 #include "clients/cli_util.h"
+#include "common/handoff/kv_transfer.h"
+#include "common/handoff/nccl_kv_receiver.h"
 #include "common/net/engine_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
@@ -16,6 +18,9 @@ ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
 ABSL_FLAG(int, handoff_timeout_s, 60, "Seconds an admitted request may wait for its KV hand-off.");
 ABSL_FLAG(int, metrics_port, 9092, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish before cancelling them.");
+ABSL_FLAG(std::string, kv_transport, "grpc",
+          "KV hand-off transport: grpc, or nccl (also accept NcclConnect from prefill workers and receive the "
+          "payloads over NCCL on this worker's GPU; a pair that can't form a communicator uses gRPC).");
 
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
@@ -23,7 +28,21 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "A pdserve decode worker.\n"
                    "Usage: pdserve-decode --model DIR [--listen 0.0.0.0:50052] [--kv-dtype f32|bf16]\n"
-                   "       [--kv-budget-mb MB] [--max-batch N] [--threads N]");
+                   "       [--kv-budget-mb MB] [--max-batch N] [--threads N] [--kv-transport grpc|nccl]");
+  auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));
+  if (!transport.ok()) pdserve::Die(transport.status(), 2);
+  if (*transport == pdserve::KvTransport::kInProcess) {
+    pdserve::Die("--kv-transport inprocess needs the prefill worker in this process (use pdserve-local)", 2);
+  }
+  // Outlives the server: PushKv reactors receive through it.
+  std::unique_ptr<pdserve::NcclKvReceiver> nccl;
+  if (*transport == pdserve::KvTransport::kNccl) {
+    if (!pdserve::NcclTransportBuilt()) {
+      std::fprintf(stderr, "pdserve-decode: --kv-transport nccl: this binary was built without NCCL; the KV "
+                           "hand-off uses gRPC\n");
+    }
+    nccl = pdserve::MakeNcclKvReceiver();  // without NCCL: refuses every NcclConnect
+  }
   auto loaded = pdserve::LoadEngineFromFlags();
   if (!loaded.ok()) pdserve::Die(loaded.status());
 
@@ -36,7 +55,7 @@ int main(int argc, char** argv) {
   if (so.kv_budget_bytes <= 0 || so.max_batch < 1) pdserve::Die("--kv-budget-mb and --max-batch must be >= 1", 2);
   pdserve::BatchScheduler scheduler(loaded->engine.get(), so);
   scheduler.Start();
-  pdserve::DecodeService service(&scheduler);
+  pdserve::DecodeService service(&scheduler, nccl.get());
 
   auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
   if (!server.ok()) pdserve::Die(server.status());

@@ -13,7 +13,9 @@
 ABSL_FLAG(std::string, listen, "0.0.0.0:50053", "host:port to serve PrefillWorker on (port 0 picks one).");
 ABSL_FLAG(int, max_queue, 16, "Prompts that may wait for an executor; more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, executors, 1, "Prompts prefilled at once.");
-ABSL_FLAG(std::string, kv_transport, "grpc", "KV hand-off transport: grpc.");
+ABSL_FLAG(std::string, kv_transport, "grpc",
+          "KV hand-off transport: grpc, or nccl (payloads GPU to GPU over a NCCL communicator per decode worker; "
+          "a pair that can't form one uses gRPC and logs why).");
 ABSL_FLAG(int, metrics_port, 9091, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let running prefills finish.");
 
@@ -23,7 +25,7 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "A pdserve prefill worker.\n"
                    "Usage: pdserve-prefill --model DIR [--listen 0.0.0.0:50053] [--kv-dtype f32|bf16]\n"
-                   "       [--max-queue N] [--threads N] [--prefill-chunk N]");
+                   "       [--max-queue N] [--threads N] [--prefill-chunk N] [--kv-transport grpc|nccl]");
   auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));
   if (!transport.ok()) pdserve::Die(transport.status(), 2);
   if (*transport == pdserve::KvTransport::kInProcess) {

@@ -1,5 +1,8 @@
 #include "common/handoff/grpc_kv_receiver.h"
 
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
 #include "common/net/grpc_status.h"
 
 namespace pdserve {
@@ -9,8 +12,9 @@ using internal::v1::KvChunk;
 
 class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
  public:
-  PushKvReactor(grpc::CallbackServerContext* context, KvReceiver* receiver, internal::v1::PushKvResponse* response)
-      : context_(context), response_(response) {
+  PushKvReactor(grpc::CallbackServerContext* context, KvReceiver* receiver, internal::v1::PushKvResponse* response,
+                NcclKvReceiver* nccl)
+      : context_(context), response_(response), nccl_(nccl) {
     auto session = receiver->BeginReceive();
     if (!session.ok()) {
       Finish(ToGrpcStatus(session.status()));
@@ -21,42 +25,121 @@ class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
   }
 
   // Validation is a memcpy and a CRC per chunk: cheap enough for the
-  // reactor thread, so no hop to an executor.
+  // reactor thread, so no hop to an executor. A payload over NCCL is the
+  // exception: its communicator's thread receives it and goes on from there.
   void OnReadDone(bool ok) override {
     if (!ok) {
       if (context_->IsCancelled()) {
-        session_->AbortReceive(absl::CancelledError("the prefill worker's stream broke"));
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "hand-off stream cancelled"));
+        Fail(absl::CancelledError("the prefill worker's stream broke"),
+             grpc::Status(grpc::StatusCode::CANCELLED, "hand-off stream cancelled"));
         return;
       }
       auto ack = session_->FinishReceive();
-      if (ack.ok()) *response_ = *ack;
-      Finish(ToGrpcStatus(ack.status()));
+      if (!ack.ok()) {
+        Fail(ack.status(), ToGrpcStatus(ack.status()));
+        return;
+      }
+      *response_ = *ack;
+      Finish(grpc::Status::OK);
       return;
     }
-    absl::Status st = session_->ReceiveChunk(chunk_);
-    if (!st.ok()) {
-      session_->AbortReceive(st);
-      Finish(ToGrpcStatus(st));
+    if (chunk_.has_header() && !chunk_.header().nccl_comm_id().empty()) {
+      const std::string& id = chunk_.header().nccl_comm_id();
+      if (nccl_ == nullptr || !nccl_->Has(id)) {
+        Reject(UnknownNcclCommError(id));
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      comm_id_ = id;
+    }
+    if (chunk_.has_data() && chunk_.data().nccl_bytes() > 0) {
+      const std::string id = comm_id();
+      if (id.empty()) {
+        Reject(absl::FailedPreconditionError(absl::StrCat("KV hand-off rejected: chunk ", chunk_.seq(),
+                                                          " carries its payload over NCCL but the header names no "
+                                                          "communicator")));
+        return;
+      }
+      absl::Status st = nccl_->ReceivePayload(id, &chunk_, [this](absl::Status received) {
+        if (received.ok()) {
+          Accept();
+        } else {
+          Reject(received);
+        }
+      });
+      if (!st.ok()) Reject(st);
       return;
     }
-    StartRead(&chunk_);
+    Accept();
+  }
+
+  // A cancelled stream may leave a NCCL receive waiting for bytes that
+  // will not come: dropping the communicator ends it (and Reject follows).
+  void OnCancel() override {
+    const std::string id = comm_id();
+    if (!id.empty()) nccl_->Drop(id, absl::CancelledError("the prefill worker's stream broke"));
   }
 
   void OnDone() override { delete this; }
 
  private:
+  // Hands the chunk to the session, then reads the next one.
+  void Accept() {
+    absl::Status st = session_->ReceiveChunk(chunk_);
+    if (!st.ok()) {
+      Reject(st);
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void Reject(const absl::Status& why) { Fail(why, ToGrpcStatus(why)); }
+
+  // Ends a failed stream: the session frees what it holds, and a
+  // communicator the stream used is dropped (a send or receive of it may be
+  // unmatched now).
+  void Fail(const absl::Status& why, const grpc::Status& reply) {
+    session_->AbortReceive(why);
+    const std::string id = comm_id();
+    if (!id.empty()) nccl_->Drop(id, why);
+    Finish(reply);
+  }
+
+  std::string comm_id() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return comm_id_;
+  }
+
   grpc::CallbackServerContext* context_;
   internal::v1::PushKvResponse* response_;
+  NcclKvReceiver* nccl_;
   std::unique_ptr<KvReceiveSession> session_;
   KvChunk chunk_;
+  std::mutex mu_;        // OnCancel runs on any thread
+  std::string comm_id_;  // the header's communicator, once accepted
 };
 
 }  // namespace
 
 grpc::ServerReadReactor<KvChunk>* NewPushKvReactor(grpc::CallbackServerContext* context, KvReceiver* receiver,
-                                                    internal::v1::PushKvResponse* response) {
-  return new PushKvReactor(context, receiver, response);
+                                                   internal::v1::PushKvResponse* response, NcclKvReceiver* nccl) {
+  return new PushKvReactor(context, receiver, response, nccl);
+}
+
+absl::Status UnknownNcclCommError(const std::string& comm_id) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("KV hand-off names NCCL communicator ", comm_id,
+                   ", which this decode worker does not hold (it runs --kv-transport grpc, or the communicator "
+                   "failed, was replaced, or the worker restarted); the prefill worker connects anew on its next "
+                   "hand-off"));
+}
+
+internal::v1::NcclConnectResponse AnswerNcclConnect(NcclKvReceiver* receiver,
+                                                    const internal::v1::NcclConnectRequest& request) {
+  if (receiver != nullptr) return receiver->Connect(request);
+  internal::v1::NcclConnectResponse r;
+  r.set_reason("the decode worker runs --kv-transport grpc");
+  return r;
 }
 
 }  // namespace pdserve

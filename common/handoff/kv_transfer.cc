@@ -8,8 +8,9 @@ namespace pdserve {
 absl::StatusOr<KvTransport> ParseKvTransport(const std::string& name) {
   if (name == "grpc") return KvTransport::kGrpc;
   if (name == "inprocess") return KvTransport::kInProcess;
+  if (name == "nccl") return KvTransport::kNccl;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown KV transport '", name, "': expected 'grpc' or 'inprocess'"));
+      absl::StrCat("unknown KV transport '", name, "': expected 'grpc', 'nccl' or 'inprocess'"));
 }
 
 InProcessKvRegistry& InProcessKvRegistry::Global() {
@@ -37,6 +38,7 @@ std::unique_ptr<KvSender> MakeKvSender(KvTransport transport, const ModelConfig&
                                        const KvSenderOptions& options) {
   switch (transport) {
     case KvTransport::kInProcess: return MakeInProcessKvSender(config, options);
+    case KvTransport::kNccl: return MakeNcclKvSender(config, options);
     case KvTransport::kGrpc: break;
   }
   return MakeGrpcKvSender(config, options);

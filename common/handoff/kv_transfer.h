@@ -3,7 +3,10 @@
 //   kGrpc       the PushKv client stream (different processes or hosts);
 //   kInProcess  direct calls into a receiver in the same process (tests,
 //               the single-process local stack);
-//   (kNccl      GPU to GPU; a later issue.)
+//   kNccl       the PushKv stream for control and chunk metadata, the
+//               payloads GPU to GPU over a cached 2-rank NCCL communicator
+//               per pair (nccl_kv_sender.cc); a pair that can't form one
+//               falls back to gRPC.
 // Method names say which side acts: the prefill worker calls KvSender /
 // KvSendSession, the transport calls the decode worker's KvReceiver /
 // KvReceiveSession. Both sides move the chunks of kv_wire.h, so every
@@ -98,9 +101,10 @@ class KvSender {
 
 // ---- Factory ----
 
-enum class KvTransport { kGrpc, kInProcess };
+enum class KvTransport { kGrpc, kInProcess, kNccl };
 
-// "grpc" or "inprocess". InvalidArgument naming the value otherwise.
+// "grpc", "inprocess" or "nccl". InvalidArgument naming the value
+// otherwise.
 absl::StatusOr<KvTransport> ParseKvTransport(const std::string& name);
 
 // Decode workers in this process, by the address they serve on, for the
@@ -124,6 +128,11 @@ struct KvSenderOptions {
   // slow receiver can make the prefill worker hold).
   int64_t max_queued_bytes = int64_t{256} << 20;
   InProcessKvRegistry* registry = nullptr;  // kInProcess; nullptr = Global()
+  // kNccl: the longest NcclConnect plus communicator init may take, and
+  // the longest one payload may wait for the receiver (only a dead or
+  // confused peer makes it wait: the communicator is then dropped).
+  absl::Duration nccl_connect_timeout = absl::Seconds(30);
+  absl::Duration nccl_stall_timeout = absl::Seconds(10);
 };
 
 std::unique_ptr<KvSender> MakeKvSender(KvTransport transport, const ModelConfig& config,

@@ -95,7 +95,10 @@ absl::StatusOr<std::vector<KvChunk>> KvChunkEncoder::Layer(int64_t layer, const 
                                                      c10::toString(t.scalar_type()), ", expected [", rows, ", ",
                                                      config_.n_kv_heads, ", ", config_.head_dim, "]"));
     }
-    const at::Tensor c = t.contiguous();
+    // A CUDA LibTorch's K/V: the checksum (and a gRPC payload) need host
+    // bytes. The NCCL transport stages them back to the device; sending
+    // from the tensor's memory would skip both copies.
+    const at::Tensor c = (t.is_cuda() ? t.cpu() : t).contiguous();
     const auto* base = static_cast<const char*>(c.data_ptr());
     const int64_t bytes = c.nbytes();
     for (int64_t off = 0; off < bytes; off += max_chunk_bytes_) {

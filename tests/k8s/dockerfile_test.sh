@@ -92,11 +92,15 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null && [ -x "$B
           for (x in seen) print x
         }')
   # Which binary loads which library (NEEDED), then one dpkg -S for all.
-  declare -A user_of=()
+  declare -A user_of=() nccl_libs=()
   for bin in router/pdserve-router prefill_service/pdserve-prefill decode_service/pdserve-decode \
              local/pdserve-local clients/pdserve-cli clients/pdserve-init-model clients/pdserve-passkey; do
     [ -x "$BUILD/$bin" ] || continue
     for lib in $(readelf -d "$BUILD/$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+      # The NCCL hand-off's libraries (a build that found CUDA and NCCL):
+      # the CPU image builds without them, the GPU one installs them
+      # (CUDA_RUNTIME_PKGS in Dockerfile.gpu).
+      case $lib in libcudart.so* | libnccl.so*) nccl_libs[$lib]=1; continue ;; esac
       user_of[$lib]=$bin
     done
   done
@@ -119,6 +123,8 @@ if command -v dpkg-query >/dev/null && command -v readelf >/dev/null && [ -x "$B
     checked=$((checked + 1))
   done
   echo "ok: the runtime stages provide all $checked libraries the binaries load"
+  [ ${#nccl_libs[@]} -eq 0 ] ||
+    echo "note: left out the NCCL hand-off's ${!nccl_libs[*]} (the CPU image builds without NCCL)"
 else
   echo "note: no built binaries in $BUILD (or no dpkg/readelf): the runtime library check is left out"
 fi

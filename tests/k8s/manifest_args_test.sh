@@ -6,8 +6,8 @@
 #   - each flag passed is one the binary lists in --helpfull;
 #   - the servers (router, prefill, decode) parse the whole line: run with a
 #     model directory that does not exist, they must fail on the model, not
-#     on a flag or a value (the gpu renderings may name values that only a
-#     GPU build accepts, such as --kv-transport=nccl: reported, not failed);
+#     on a flag or a value (--kv-transport=nccl of the gpu overlay parses in
+#     every build: without NCCL the worker warns and uses gRPC);
 #   - a worker binary that has --kv-transport gets it from the manifests.
 # Binaries not built here (pdserve-passkey before it lands) are reported and
 # left out.
