@@ -30,41 +30,27 @@ MODES=${MODES:-"colocated disagg disagg+local"}
 PORT_R=50461; PORT_P=50462; PORT_D=50463
 mkdir -p "$OUT"
 export OMP_WAIT_POLICY=PASSIVE
-PIDS=()
-stop() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
-trap stop EXIT
-await() {  # LOG PATTERN
-  for _ in $(seq 1 900); do grep -q "$2" "$1" && return 0; sleep 0.2; done
-  echo "timed out waiting for '$2' in $1:" >&2; cat "$1" >&2; exit 1
-}
+source "$(dirname "$0")/bench_lib.sh"
 
 start() {  # MODE
   local mode=$1 lp=0
   [ "$mode" = "disagg+local" ] && lp=$((SHORT_IN * 2))
   case $mode in
     colocated)
-      $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 \
-        >"$OUT/server.log" 2>&1 &
-      PIDS+=($!)
-      await "$OUT/server.log" "router on" ;;
+      bench_spawn $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 \
+        >"$OUT/server.log" 2>&1
+      bench_await "$OUT/server.log" "router on" ;;
     disagg|disagg+local)
-      taskset -c 1 $B/decode_service/pdserve-decode --model "$M" --listen 127.0.0.1:$PORT_D \
-        --weights-dtype "$WEIGHTS" --threads 1 --metrics-port -1 >"$OUT/decode.log" 2>&1 &
-      PIDS+=($!)
-      taskset -c 0 $B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:$PORT_P \
-        --weights-dtype "$WEIGHTS" --threads 1 --metrics-port -1 >"$OUT/prefill.log" 2>&1 &
-      PIDS+=($!)
-      await "$OUT/decode.log" "serving on"
-      await "$OUT/prefill.log" "serving on"
-      $B/router/pdserve-router --model "$M" --listen 127.0.0.1:$PORT_R --prefill 127.0.0.1:$PORT_P \
+      bench_spawn taskset -c 1 $B/decode_service/pdserve-decode --model "$M" --listen 127.0.0.1:$PORT_D \
+        --weights-dtype "$WEIGHTS" --threads 1 --metrics-port -1 >"$OUT/decode.log" 2>&1
+      bench_spawn taskset -c 0 $B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:$PORT_P \
+        --weights-dtype "$WEIGHTS" --threads 1 --metrics-port -1 >"$OUT/prefill.log" 2>&1
+      bench_await "$OUT/decode.log" "serving on"
+      bench_await "$OUT/prefill.log" "serving on"
+      bench_spawn $B/router/pdserve-router --model "$M" --listen 127.0.0.1:$PORT_R --prefill 127.0.0.1:$PORT_P \
         --decode 127.0.0.1:$PORT_D --local-prefill-max-tokens $lp --log-requests=false --metrics-port -1 \
-        >"$OUT/router.log" 2>&1 &
-      PIDS+=($!)
-      await "$OUT/router.log" "serving on" ;;
+        >"$OUT/router.log" 2>&1
+      bench_await "$OUT/router.log" "serving on" ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac
 }
@@ -90,7 +76,7 @@ for mode in $MODES; do
     fi
     wait $short
   done
-  stop
+  bench_stop
 done
 
 /usr/bin/python3 - "$OUT" "$MODES" <<'PY'

@@ -13,31 +13,19 @@ B=build
 WEIGHTS=${WEIGHTS:-bf16}; N=${N:-5}
 mkdir -p "$OUT"
 export OMP_WAIT_POLICY=PASSIVE
-PIDS=()
-stop() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap stop EXIT
-await() {  # LOG PATTERN
-  for _ in $(seq 1 900); do grep -q "$2" "$1" && return 0; sleep 0.2; done
-  echo "timed out waiting for '$2' in $1:" >&2; cat "$1" >&2; exit 1
-}
-$B/decode_service/pdserve-decode --model "$M" --listen 127.0.0.1:50561 --weights-dtype "$WEIGHTS" --threads 2 \
-  --metrics-port -1 >"$OUT/decode.log" 2>&1 &
-PIDS+=($!)
-$B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:50562 --weights-dtype "$WEIGHTS" --threads 2 \
-  --metrics-port -1 >"$OUT/prefill.log" 2>&1 &
-PIDS+=($!)
-await "$OUT/decode.log" "serving on"
-await "$OUT/prefill.log" "serving on"
+source "$(dirname "$0")/bench_lib.sh"
+bench_spawn $B/decode_service/pdserve-decode --model "$M" --listen 127.0.0.1:50561 --weights-dtype "$WEIGHTS" --threads 2 \
+  --metrics-port -1 >"$OUT/decode.log" 2>&1
+bench_spawn $B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:50562 --weights-dtype "$WEIGHTS" --threads 2 \
+  --metrics-port -1 >"$OUT/prefill.log" 2>&1
+bench_await "$OUT/decode.log" "serving on"
+bench_await "$OUT/prefill.log" "serving on"
 for policy in handoff:0 local:1000000; do
   port=$([ "${policy%%:*}" = handoff ] && echo 50563 || echo 50564)
-  $B/router/pdserve-router --model "$M" --listen 127.0.0.1:$port --prefill 127.0.0.1:50562 \
+  bench_spawn $B/router/pdserve-router --model "$M" --listen 127.0.0.1:$port --prefill 127.0.0.1:50562 \
     --decode 127.0.0.1:50561 --local-prefill-max-tokens "${policy##*:}" --log-requests=false --metrics-port -1 \
-    >"$OUT/router_${policy%%:*}.log" 2>&1 &
-  PIDS+=($!)
-  await "$OUT/router_${policy%%:*}.log" "serving on"
+    >"$OUT/router_${policy%%:*}.log" 2>&1
+  bench_await "$OUT/router_${policy%%:*}.log" "serving on"
 done
 for len in $LENS; do
   for policy in handoff local; do

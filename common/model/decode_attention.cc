@@ -5,31 +5,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/model/avx2_util.h"
+
 namespace pdserve {
 namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
-  __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-inline float Load1(const float* p) { return *p; }
-inline float Load1(const uint16_t* p) {
-  uint32_t bits = static_cast<uint32_t>(*p) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::HorizontalSum;
+using avx2::Load1;
+using avx2::Load8;
 
 template <typename T>
 inline float Dot(const float* q, const T* k, int64_t d) {

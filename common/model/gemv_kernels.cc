@@ -2,38 +2,28 @@
 
 #include <immintrin.h>
 
+#include "common/model/avx2_util.h"
+
 namespace pdserve {
 namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-inline __m256 LoadW(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 LoadW(const uint16_t* p) {
-  __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
+using avx2::HorizontalSum;
+inline __m256 LoadW(const float* p) { return avx2::Load8(p); }
+inline __m256 LoadW(const uint16_t* p) { return avx2::Load8(p); }
 inline float ScalarW(float w) { return w; }
-inline float ScalarW(uint16_t w) {
-  uint32_t bits = static_cast<uint32_t>(w) << 16;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+inline float ScalarW(uint16_t w) { return avx2::Load1(&w); }
 
 // One weight row against M rows of x. Rows are streamed one at a time:
 // interleaving several row streams measured 1.6x slower on this machine
 // (docs/benchmarks.md). One accumulator per x row for every M: the
 // summation order of a row must not depend on how many rows share the pass,
 // or a sequence's tokens would depend on its decode batch. (2 or 4
-// accumulators for M = 1 measured no faster: the loop is bandwidth-bound.)
+// accumulators for M = 1 measured no faster: the loop is bandwidth-bound.
+// Two weight rows per pass against 4 x rows, which halves the x loads,
+// measured 1.2-1.3x slower at batch 8-16: the same interleaving cost.)
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
   __m256 acc[M];

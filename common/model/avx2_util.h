@@ -1,0 +1,43 @@
+// AVX2 helpers shared by the decode kernels (gemv_kernels.cc,
+// decode_attention.cc). They are compiled for AVX2+FMA whatever the file's
+// flags: call them only from such code, after the CPU check
+// (GemvAvailable).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace pdserve {
+namespace avx2 {
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+// 8 fp32 values; bf16 (raw uint16, the upper half of an fp32) widened.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+// One value, as Load8 reads it.
+inline float Load1(const float* p) { return *p; }
+inline float Load1(const uint16_t* p) {
+  uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+#pragma GCC pop_options
+
+}  // namespace avx2
+}  // namespace pdserve
