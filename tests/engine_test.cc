@@ -1,4 +1,5 @@
 #include "common/engine/engine.h"
+#include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -214,6 +215,27 @@ TEST(EngineTrainingTest, ForwardIsDifferentiable) {
   EXPECT_GT(w.layers[1].gate_proj.grad().abs().sum().item<float>(), 0.0f);
   EXPECT_GT(w.layers[2].sink_bias.grad().abs().sum().item<float>(), 0.0f);
   EXPECT_GT(w.embed.grad().abs().sum().item<float>(), 0.0f);
+}
+
+
+// bf16 weights act as their exact fp32 values on both Linear paths: the
+// GEMV kernels (<= 32 rows) and the widened-weight GEMM (more rows), whose
+// per-thread buffer is reused across weights of different shapes.
+TEST(LinearTest, Bf16WeightsEqualTheirFp32Values) {
+  at::manual_seed(5);
+  const at::Tensor big = at::randn({96, 64}).to(at::kBFloat16), small = at::randn({40, 64}).to(at::kBFloat16);
+  for (int64_t rows : {1, 8, 33, 70}) {
+    const at::Tensor x = at::randn({rows, 64});
+    for (const at::Tensor& w : {big, small, big}) {
+      const at::Tensor want = at::linear(x, w.to(at::kFloat));
+      const at::Tensor got = Linear(x, w);
+      if (rows > 32) {
+        EXPECT_TRUE(at::equal(got, want)) << rows << " rows, weight " << w.sizes();
+      } else {
+        EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << rows << " rows, weight " << w.sizes();
+      }
+    }
+  }
 }
 
 }  // namespace
