@@ -17,27 +17,36 @@ inline float ScalarW(float w) { return w; }
 inline float ScalarW(uint16_t w) { return avx2::Load1(&w); }
 
 // One weight row against M rows of x. Rows are streamed one at a time:
-// interleaving several row streams measured 1.6x slower on this machine
-// (docs/benchmarks.md). One accumulator per x row for every M: the
-// summation order of a row must not depend on how many rows share the pass,
-// or a sequence's tokens would depend on its decode batch. (2 or 4
-// accumulators for M = 1 measured no faster: the loop is bandwidth-bound.
-// Two weight rows per pass against 4 x rows, which halves the x loads,
-// measured 1.2-1.3x slower at batch 8-16: the same interleaving cost.)
+// interleaving several weight rows measured 1.2-1.6x slower on this machine
+// (docs/benchmarks.md). Two accumulators per x row (even and odd 8-wide
+// blocks of k), for every M: with one, a bf16 row is bound by the FMA
+// latency chain (~16 bytes per 4-5 cycles) rather than by memory; with
+// more, M = 4 spills registers. The summation order of a row must not
+// depend on how many rows share the pass, or a sequence's tokens would
+// depend on its decode batch.
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
-  __m256 acc[M];
+  __m256 acc0[M], acc1[M];
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+  for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
   int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    const __m256 wv = LoadW(w + k);
+  for (; k + 16 <= K; k += 16) {
+    const __m256 w0 = LoadW(w + k), w1 = LoadW(w + k + 8);
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k), acc[m]);
+    for (int m = 0; m < M; ++m) {
+      acc0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), acc0[m]);
+      acc1[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * K + k + 8), acc1[m]);
+    }
+  }
+  if (k + 8 <= K) {
+    const __m256 w0 = LoadW(w + k);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), acc0[m]);
+    k += 8;
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
-    float s = HorizontalSum(acc[m]);
+    float s = HorizontalSum(_mm256_add_ps(acc0[m], acc1[m]));
     for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * ScalarW(w[kk]);
     y_col[m * ldy] = s;
   }
@@ -55,10 +64,6 @@ void Dispatch(const float* x, int64_t M, int64_t K, const WT* W, int64_t n0, int
     case 2: return Rows<2>(x, K, W, n0, n1, y, ldy);
     case 3: return Rows<3>(x, K, W, n0, n1, y, ldy);
     case 4: return Rows<4>(x, K, W, n0, n1, y, ldy);
-    case 5: return Rows<5>(x, K, W, n0, n1, y, ldy);
-    case 6: return Rows<6>(x, K, W, n0, n1, y, ldy);
-    case 7: return Rows<7>(x, K, W, n0, n1, y, ldy);
-    case 8: return Rows<8>(x, K, W, n0, n1, y, ldy);
     default: return;
   }
 }

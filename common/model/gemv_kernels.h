@@ -11,7 +11,10 @@
 namespace pdserve {
 
 // Rows of x processed per pass; callers loop for more.
-inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int64_t kGemvMaxRows = 4;
+// Linear uses these kernels up to this many rows (a decode batch), and
+// OpenBLAS past it (prefill), whose summation order differs.
+inline constexpr int64_t kGemvMaxBatchRows = 32;
 
 // True when the CPU has AVX2 and FMA (checked once at run time).
 bool GemvAvailable();

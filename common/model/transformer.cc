@@ -22,11 +22,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   const bool bf16 = w.scalar_type() == at::kBFloat16;
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
-  if (!needs_grad && M > 0 && M <= 4 * kGemvMaxRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
+  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
       w.is_contiguous() && (bf16 || w.scalar_type() == at::kFloat) && GemvAvailable()) {
-    // Decode-sized: our kernels stream each weight row once per 8 rows of x.
-    // Past 8 rows, a tile of ~64 KiB of weight rows is taken through every
-    // group of 8 while it sits in L2, so DRAM sees each weight once per step
+    // Decode-sized: our kernels stream each weight row once per 4 rows of x.
+    // Past 4 rows, a tile of ~64 KiB of weight rows is taken through every
+    // group of 4 while it sits in L2, so DRAM sees each weight once per step
     // (the LM head alone is 196 MB in bf16). Each y element is still one
     // kernel row with one summation order: tiling changes no bits.
     const at::Tensor xc = x.contiguous();
