@@ -245,6 +245,43 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
   return out;
 }
 
+absl::StatusOr<at::Tensor> Transformer::SegmentAttention(int64_t l, const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v, const std::vector<Segment>& segments,
+                                                         const at::Tensor& sinks) const {
+  const ModelConfig& c = w_.config;
+  const bool windowed = ModelConfig::IsWindowed(l);
+  std::vector<at::Tensor> outs;
+  int64_t off = 0;
+  for (const Segment& s : segments) {
+    at::Tensor qs = q.narrow(0, off, s.length), ks = k.narrow(0, off, s.length), vs = v.narrow(0, off, s.length);
+    off += s.length;
+    const int64_t window = windowed ? c.window : 0;
+    at::Tensor keys, values, mask;
+    if (s.cache == nullptr) {
+      keys = ks;
+      values = vs;
+      mask = AttentionMask(s.start_pos, s.length, s.start_pos, s.length, window);
+    } else if (s.length == 1 || !windowed) {
+      // Append first: a global layer keeps every row, and a one-token step
+      // on a ring sees exactly the last `window` positions, itself included.
+      RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
+      std::tie(keys, values) = s.length == 1 ? s.cache->GetUnordered(l) : s.cache->Get(l);
+      if (s.length > 1) mask = AttentionMask(s.start_pos, s.length, 0, keys.size(0), 0);
+    } else {
+      // A multi-token chunk on a ring: early queries need keys the chunk
+      // would overwrite, so attend over (past rows ++ chunk), then append.
+      auto [pk, pv] = s.cache->Get(l);
+      const int64_t past = pk.size(0);
+      keys = past == 0 ? ks : at::cat({pk.to(ks.scalar_type()), ks});
+      values = past == 0 ? vs : at::cat({pv.to(vs.scalar_type()), vs});
+      mask = AttentionMask(s.start_pos, s.length, s.start_pos - past, keys.size(0), window);
+      RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
+    }
+    outs.push_back(AttendWithSinks(qs, keys, values, sinks, mask));
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs);
+}
+
 absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                                     const ForwardOptions& options) const {
   const ModelConfig& c = config();
@@ -336,44 +373,10 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     at::Tensor k = Rope::Apply(kv.narrow(1, 0, K * d).view({N, K, d}), cos[g], sin[g]);
     at::Tensor v = kv.narrow(1, K * d, K * d).reshape({N, K, d});
 
-    if (fused_decode_attention) {
-      ASSIGN_OR_RETURN(at::Tensor attn, DecodeStepAttention(l, q, k, v, segments, (*sinks)[l]));
-      x = x + Linear(attn, L.o_proj);
-      if (options.after_layer) RETURN_IF_ERROR(options.after_layer(l));
-      x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
-      continue;
-    }
-    std::vector<at::Tensor> outs;
-    int64_t off = 0;
-    for (const Segment& s : segments) {
-      at::Tensor qs = q.narrow(0, off, s.length), ks = k.narrow(0, off, s.length), vs = v.narrow(0, off, s.length);
-      off += s.length;
-      const int64_t window = windowed ? c.window : 0;
-      at::Tensor keys, values, mask;
-      if (s.cache == nullptr) {
-        keys = ks;
-        values = vs;
-        mask = AttentionMask(s.start_pos, s.length, s.start_pos, s.length, window);
-      } else if (s.length == 1 || !windowed) {
-        // Append first: a global layer keeps every row, and a one-token step
-        // on a ring sees exactly the last `window` positions, itself included.
-        RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
-        std::tie(keys, values) = s.length == 1 ? s.cache->GetUnordered(l) : s.cache->Get(l);
-        if (s.length > 1) mask = AttentionMask(s.start_pos, s.length, 0, keys.size(0), 0);
-      } else {
-        // A multi-token chunk on a ring: early queries need keys the chunk
-        // would overwrite, so attend over (past rows ++ chunk), then append.
-        auto [pk, pv] = s.cache->Get(l);
-        const int64_t past = pk.size(0);
-        keys = past == 0 ? ks : at::cat({pk.to(ks.scalar_type()), ks});
-        values = past == 0 ? vs : at::cat({pv.to(vs.scalar_type()), vs});
-        mask = AttentionMask(s.start_pos, s.length, s.start_pos - past, keys.size(0), window);
-        RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
-      }
-      outs.push_back(AttendWithSinks(qs, keys, values, (*sinks)[l], mask));
-    }
+    ASSIGN_OR_RETURN(at::Tensor attn, fused_decode_attention
+                                          ? DecodeStepAttention(l, q, k, v, segments, (*sinks)[l])
+                                          : SegmentAttention(l, q, k, v, segments, (*sinks)[l]));
     if (options.after_layer) RETURN_IF_ERROR(options.after_layer(l));
-    at::Tensor attn = outs.size() == 1 ? outs[0] : at::cat(outs);
     x = x + Linear(attn, L.o_proj);
     x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
   }

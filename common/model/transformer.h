@@ -59,6 +59,12 @@ class Transformer {
   absl::StatusOr<at::Tensor> ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
+  // Attention of a forward's rows, segment by segment (prefill chunks, the
+  // no-cache path): appends to each segment's cache as the masks require.
+  // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
+  absl::StatusOr<at::Tensor> SegmentAttention(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v, const std::vector<Segment>& segments,
+                                              const at::Tensor& sinks) const;
   // Attention of a decode step (every segment one token with a cache):
   // appends each row's K/V, then the fused kernel over all sequences.
   // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
