@@ -96,11 +96,11 @@ absl::StatusOr<std::vector<int>> DrawPasskeys(int64_t n_trials, uint64_t base_se
   return all;
 }
 
-std::vector<std::string> FillerWords(int64_t context_length, int64_t n_words) {
+std::vector<std::string> FillerWords(uint64_t filler_seed, int64_t n_words) {
   std::vector<std::string> words;
   if (n_words <= 0) return words;
   words.reserve(n_words);
-  SplitMix64 rng(static_cast<uint64_t>(context_length) ^ kFillerSalt);
+  SplitMix64 rng(filler_seed ^ kFillerSalt);
   while (static_cast<int64_t>(words.size()) < n_words) {
     // One block: the five sentences in a seeded order.
     int order[kNumFillerSentences];
@@ -116,9 +116,9 @@ std::vector<std::string> FillerWords(int64_t context_length, int64_t n_words) {
   return words;
 }
 
-PasskeyPrompt BuildPasskeyPrompt(int64_t context_length, int64_t filler_words, double depth,
+PasskeyPrompt BuildPasskeyPrompt(uint64_t filler_seed, int64_t filler_words, double depth,
                                  const std::string& passkey) {
-  const std::vector<std::string> words = FillerWords(context_length, filler_words);
+  const std::vector<std::string> words = FillerWords(filler_seed, filler_words);
   const int64_t n = static_cast<int64_t>(words.size());
   // Sentence boundaries: 0, n, and after every word that ends a sentence.
   const double want = std::clamp(depth, 0.0, 1.0) * static_cast<double>(n);
@@ -151,15 +151,17 @@ PasskeyPrompt BuildPasskeyPrompt(int64_t context_length, int64_t filler_words, d
 }
 
 absl::StatusOr<PasskeyPrompt> SizePasskeyPrompt(int64_t context_length, double depth, const std::string& passkey,
-                                                const TokenCounter& count_tokens, int* calls) {
+                                                const TokenCounter& count_tokens, int* calls,
+                                                std::optional<uint64_t> filler_seed) {
+  const uint64_t seed = filler_seed.value_or(static_cast<uint64_t>(context_length));
   int n_calls = 0;
   auto count = [&](int64_t words) -> absl::StatusOr<int64_t> {
     ++n_calls;
     if (calls != nullptr) *calls = n_calls;
-    return count_tokens(BuildPasskeyPrompt(context_length, words, depth, passkey).text);
+    return count_tokens(BuildPasskeyPrompt(seed, words, depth, passkey).text);
   };
   auto done = [&](int64_t words, int64_t tokens) {
-    PasskeyPrompt p = BuildPasskeyPrompt(context_length, words, depth, passkey);
+    PasskeyPrompt p = BuildPasskeyPrompt(seed, words, depth, passkey);
     p.tokens = tokens;
     return p;
   };
@@ -176,7 +178,7 @@ absl::StatusOr<PasskeyPrompt> SizePasskeyPrompt(int64_t context_length, double d
   // The first guess takes tokens per word from the fixed text; later ones
   // from the filler measured so far.
   const int64_t fixed_words = static_cast<int64_t>(
-      std::vector<absl::string_view>(absl::StrSplit(BuildPasskeyPrompt(context_length, 0, depth, passkey).text,
+      std::vector<absl::string_view>(absl::StrSplit(BuildPasskeyPrompt(seed, 0, depth, passkey).text,
                                                     absl::ByAnyChar(" \n"), absl::SkipEmpty()))
           .size());
   double per_word = std::max(static_cast<double>(*c0) / std::max<int64_t>(fixed_words, 1), 1e-3);

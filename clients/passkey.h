@@ -55,10 +55,12 @@ std::string FormatPasskey(int passkey);
 // InvalidArgument when n_trials is not in [0, 100000].
 absl::StatusOr<std::vector<int>> DrawPasskeys(int64_t n_trials, uint64_t base_seed, int64_t context_length);
 
-// The first `n_words` words of the filler for `context_length`: the paper's
-// five sentences, each block of five in a seeded order. A longer stream
-// starts with the shorter one, so prompts grow monotonically with n_words.
-std::vector<std::string> FillerWords(int64_t context_length, int64_t n_words);
+// The first `n_words` words of the filler drawn from `filler_seed`: the
+// paper's five sentences, each block of five in a seeded order. A longer
+// stream starts with the shorter one, so prompts grow monotonically with
+// n_words. pdserve-passkey seeds with the context length (one filler per
+// length); pdserve-train seeds per example.
+std::vector<std::string> FillerWords(uint64_t filler_seed, int64_t n_words);
 
 // One prompt and where its passkey sits.
 struct PasskeyPrompt {
@@ -73,7 +75,8 @@ struct PasskeyPrompt {
 // sentence goes at the sentence boundary nearest to depth * filler_words
 // (ties go to the earlier one); depth 0 and 1 are exactly the start and the
 // end even when the filler ends in part of a sentence.
-PasskeyPrompt BuildPasskeyPrompt(int64_t context_length, int64_t filler_words, double depth,
+// `filler_seed` as in FillerWords.
+PasskeyPrompt BuildPasskeyPrompt(uint64_t filler_seed, int64_t filler_words, double depth,
                                  const std::string& passkey);
 
 // Counts the tokens of a text under the model's tokenizer.
@@ -84,11 +87,13 @@ using TokenCounter = std::function<absl::StatusOr<int64_t>(const std::string&)>;
 // tokens (a word and its space: at most 8 bytes, so <= 8 tokens for byte- or
 // char-level tokenizers, typically 1-2 for BPE). Interpolation search on the
 // word count, which the near-linear count makes converge in a handful of
-// calls (`*calls` gets how many). InvalidArgument when even the prompt
-// without filler is longer than context_length; a counter error is returned
-// as is.
+// calls (`*calls` gets how many). The filler is seeded by `filler_seed`,
+// or by context_length when it is unset. InvalidArgument when even the
+// prompt without filler is longer than context_length; a counter error is
+// returned as is.
 absl::StatusOr<PasskeyPrompt> SizePasskeyPrompt(int64_t context_length, double depth, const std::string& passkey,
-                                                const TokenCounter& count_tokens, int* calls = nullptr);
+                                                const TokenCounter& count_tokens, int* calls = nullptr,
+                                                std::optional<uint64_t> filler_seed = std::nullopt);
 
 // The answer: the first `\b(\d{5})\b` of `generated` (only the new text,
 // never the prompt). \b as in ECMAScript/PCRE: [A-Za-z0-9_] are word

@@ -66,6 +66,7 @@ struct Trial {
   int64_t prompt_tokens = -1;        // Tokenize's count of this trial's prompt
   int64_t usage_prompt_tokens = -1;  // the router's Usage, when the call succeeded
   std::string answer;
+  std::vector<uint32_t> answer_ids;  // the generated token ids, in order
   std::optional<std::string> extracted;
   bool correct = false;
   bool failed = false;
@@ -134,6 +135,7 @@ void RunTrial(pdserve::v1::Generator::Stub* stub, const Options& opt, Trial* t) 
   std::optional<pdserve::v1::Usage> usage;
   while (reader->Read(&resp)) {
     t->answer += resp.text();
+    t->answer_ids.insert(t->answer_ids.end(), resp.token_ids().begin(), resp.token_ids().end());
     received += resp.token_ids_size();
     if (resp.has_usage()) usage = resp.usage();
     if (resp.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
@@ -421,13 +423,15 @@ int main(int argc, char** argv) {
                              {"filler_words_before", t.prompt.filler_words_before},
                              {"passkey", t.passkey},
                              {"answer_text", t.answer},
+                             {"answer_token_ids", t.answer_ids},
                              {"extracted", t.extracted ? ordered_json(*t.extracted) : ordered_json(nullptr)},
                              {"correct", t.correct},
                              {"ttft_ms", t.ttft_ms ? ordered_json(*t.ttft_ms) : ordered_json(nullptr)},
                              {"latency_ms", t.latency_ms},
                              {"tokens", t.tokens},
                              {"finish_reason", NullIfEmpty(t.finish_reason)},
-                             {"error", t.failed ? ordered_json(t.error) : ordered_json(nullptr)}});
+                             {"error", t.failed ? ordered_json(t.error) : ordered_json(nullptr)},
+                             {"prompt", t.prompt.text}});
     }
     std::ofstream out(json_out);
     // The router sends whole UTF-8 characters; replace rather than throw if not.

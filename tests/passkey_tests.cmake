@@ -6,3 +6,11 @@ target_link_libraries(passkey_test PRIVATE pdserve_passkey)
 add_test(NAME passkey_e2e_test
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/passkey_e2e_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 set_tests_properties(passkey_e2e_test PROPERTIES LABELS e2e TIMEOUT 600)
+
+# The shipped trained model through separate processes, and README command 1.
+add_test(NAME passkey_model_e2e_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/passkey_model_e2e_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(passkey_model_e2e_test PROPERTIES LABELS e2e TIMEOUT 900)
+add_test(NAME demo_e2e_test
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/demo_e2e_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(demo_e2e_test PROPERTIES LABELS e2e TIMEOUT 900)

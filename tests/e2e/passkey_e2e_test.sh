@@ -52,8 +52,8 @@ assert j["headline"]["context_length"] == 768 and j["headline"]["pass"] is False
 trials = j["trials"]
 assert len(trials) == 4, len(trials)
 keys = ["context_length", "trial", "prompt_tokens", "usage_prompt_tokens", "position", "depth", "filler_words",
-        "filler_words_before", "passkey", "answer_text", "extracted", "correct", "ttft_ms", "latency_ms", "tokens",
-        "finish_reason", "error"]
+        "filler_words_before", "passkey", "answer_text", "answer_token_ids", "extracted", "correct", "ttft_ms",
+        "latency_ms", "tokens", "finish_reason", "error", "prompt"]
 for t in trials:
     assert list(t) == keys, list(t)
     L = t["context_length"]
@@ -67,6 +67,8 @@ for t in trials:
     assert t["extracted"] == (m.group(1) if m else None), t
     assert t["correct"] == (t["extracted"] == t["passkey"]), t
     assert 1 <= t["tokens"] <= 16 and t["finish_reason"] in ("length", "eos"), t
+    assert len(t["answer_token_ids"]) == t["tokens"], t
+    assert len(t["prompt"].encode()) == t["prompt_tokens"] and t["passkey"] in t["prompt"], t
     assert t["ttft_ms"] > 0 and t["latency_ms"] >= t["ttft_ms"] * 0.5, t
     assert abs(t["filler_words_before"] - t["filler_words"] / 2) <= 2, t
 for L in (384, 768):
