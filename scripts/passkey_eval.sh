@@ -7,7 +7,10 @@
 # and writes the table, the CSV and the plot into OUT.
 # Usage: scripts/passkey_eval.sh [MODEL] [OUT] [LENGTHS] [TRIALS]
 #   defaults: models/passkey-4l build/passkey-eval 512,2048,4096,8192 100
-# Run time on 2 cores: ~25 minutes for the defaults (docs/passkey.md).
+# COMPARE_PER_CELL=N compares only the first N trials of each position and
+# length with pdserve-generate (default: all). Run time on 2 cores: ~45
+# minutes for the served trials at the defaults, and about as long again to
+# compare every one of them in one process (docs/passkey.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/passkey-4l}
@@ -41,4 +44,5 @@ done
 bench_stop
 
 /usr/bin/python3 scripts/passkey_report.py --model "$MODEL" --generate "$B/clients/pdserve-generate" --out "$OUT" \
+  --compare-per-cell "${COMPARE_PER_CELL:-0}" \
   "$OUT/passkey_start.json" "$OUT/passkey_middle.json" "$OUT/passkey_end.json"

@@ -18,7 +18,7 @@ PDSERVE_BUILD="$BUILD" PDSERVE_PORT_BASE=$((30000 + $$ % 9000)) \
   bash "$SRC/scripts/passkey_eval.sh" "$MODEL" "$WORK/eval" 512,2048 12 >"$WORK/eval.txt" 2>&1 || rc=$?
 cat "$WORK/eval/passkey_table.md" 2>/dev/null || true
 [ "$rc" = 0 ] || fail "passkey_eval.sh exited $rc (a served trial differs from pdserve-generate, or a step failed)"
-grep -q "all 72 trials: the served tokens equal pdserve-generate's" "$WORK/eval.txt" || fail "no trial-for-trial match line"
+grep -q "all 72 compared trials: the served tokens equal pdserve-generate's" "$WORK/eval.txt" || fail "no trial-for-trial match line"
 ok "72 trials: served tokens equal pdserve-generate's, trial for trial"
 
 /usr/bin/python3 - "$WORK/eval/passkey.csv" <<'PY' || fail "accuracy below the bounds"
