@@ -129,8 +129,8 @@ def main():
                 v = r["correct"] / r["trials"]
                 lo, hi = wilson(r["correct"], r["trials"])
                 acc.append(100 * v)
-                err_lo.append(100 * (v - lo))
-                err_hi.append(100 * (hi - v))
+                err_lo.append(max(0.0, 100 * (v - lo)))
+                err_hi.append(max(0.0, 100 * (hi - v)))
             ax.errorbar(lengths, acc, yerr=[err_lo, err_hi], marker="o", capsize=4, label=f"passkey at {p}")
         ax.axvline(a.train_tokens, color="gray", ls=":", label=f"training length {a.train_tokens}")
         ax.axhline(85, color="tab:red", ls="--", lw=0.8, label="85% target (4×)")
