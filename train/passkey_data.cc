@@ -4,22 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/passkey.h"
+#include "common/engine/sampler.h"
 
 namespace pdserve {
 namespace {
-
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Successive draws from one seed.
 class Draws {
  public:
   explicit Draws(uint64_t seed) : state_(seed) {}
-  uint64_t Next() { return state_ = SplitMix(state_); }
+  uint64_t Next() { return state_ = SplitMix64(state_); }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
   uint64_t Below(uint64_t bound) { return static_cast<uint64_t>(Uniform() * static_cast<double>(bound)); }
 
@@ -32,7 +26,7 @@ int64_t CountBytes(const std::string& text) { return static_cast<int64_t>(text.s
 }  // namespace
 
 uint64_t ExampleSeed(uint64_t seed, DataStream stream, int64_t step, int64_t index) {
-  return SplitMix(SplitMix(SplitMix(seed ^ static_cast<uint64_t>(stream)) ^ static_cast<uint64_t>(step)) ^
+  return SplitMix64(SplitMix64(SplitMix64(seed ^ static_cast<uint64_t>(stream)) ^ static_cast<uint64_t>(step)) ^
                   static_cast<uint64_t>(index));
 }
 
@@ -62,7 +56,7 @@ int64_t CurriculumLength(uint64_t seed, int64_t step, int64_t min_tokens, int64_
   if (curriculum_steps > 0 && step < curriculum_steps) {
     cap = min_tokens + (max_tokens - min_tokens) * step / curriculum_steps;
   }
-  Draws draw(SplitMix(seed ^ 0x6c656e677468ull) ^ static_cast<uint64_t>(step));
+  Draws draw(SplitMix64(seed ^ 0x6c656e677468ull) ^ static_cast<uint64_t>(step));
   return min_tokens + static_cast<int64_t>(draw.Below(static_cast<uint64_t>(cap - min_tokens + 1)));
 }
 
