@@ -33,7 +33,7 @@ RUN apt-get update -qq \
       libopenblas0-openmp \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev \
-      nlohmann-json3-dev libspdlog-dev libpcre2-dev \
+      nlohmann-json3-dev libspdlog-dev libpcre2-dev libcpp-httplib-dev \
  && rm -rf /var/lib/apt/lists/*
 
 FROM build-deps AS build
@@ -64,7 +64,7 @@ RUN apt-get update -qq \
       libopenblas0-openmp \
       libtorch1.13 \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
-      libpcre2-8-0 libgomp1 \
+      libpcre2-8-0 libgomp1 libcpp-httplib0.11 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
  && groupadd --system --gid "${PDSERVE_UID}" pdserve \
  && useradd --system --uid "${PDSERVE_UID}" --gid pdserve --home-dir /home/pdserve --create-home \

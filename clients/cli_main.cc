@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "common/net/server.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli_util.h"
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
   const bool json = absl::GetFlag(FLAGS_json);
   const bool tty = !json && isatty(fileno(stdout));
 
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_router), grpc::InsecureChannelCredentials());
+  auto channel = pdserve::MakeChannel(absl::GetFlag(FLAGS_router));
   auto stub = pdserve::v1::Generator::NewStub(channel);
   grpc::ClientContext ctx;
   if (deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/grpc_status.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -14,11 +15,15 @@ using pdserve::v1::FinishReason;
 struct BatchScheduler::Entry {
   enum class State { kAwaitingKv, kLocalPrefill, kReceiving, kRunning, kDone };
   AdmitRequest request;
+  uint64_t serial = 0;
   std::shared_ptr<TokenSink> sink;
   int64_t reserved_bytes = 0;
   int64_t allocated_bytes = 0;
-  absl::Time admitted_at;
+  // Admission, then every hand-off chunk: the hand-off timeout runs from here.
+  absl::Time last_progress;
   State state = State::kAwaitingKv;
+  // kReceiving: the hand-off's buffers, freed when the entry goes.
+  std::shared_ptr<ReceiveBuffers> receive;
   // Running only. The step in flight holds a reference, so a cancelled
   // entry's cache lives until that step ends.
   std::unique_ptr<Sequence> seq;
@@ -27,11 +32,31 @@ struct BatchScheduler::Entry {
   int64_t last_token = 0;
 };
 
+// What a hand-off in progress holds: the decoder and its tensors. Shared
+// by the session (which feeds it) and the entry (whose removal frees it,
+// even while the sender stalls and no chunk comes to notice). Lock order:
+// the scheduler's mu_, then this mu.
+struct BatchScheduler::ReceiveBuffers {
+  absl::Mutex mu;
+  std::unique_ptr<KvChunkDecoder> decoder ABSL_GUARDED_BY(mu);
+  absl::Status dropped ABSL_GUARDED_BY(mu);  // why the decoder is gone
+
+  void Drop(const absl::Status& why) {
+    absl::MutexLock lock(&mu);
+    if (decoder == nullptr) return;
+    decoder.reset();
+    dropped = why;
+  }
+};
+
 // One incoming hand-off, bound to its request by the header.
 class BatchScheduler::ReceiveSession final : public KvReceiveSession {
  public:
   ReceiveSession(BatchScheduler* owner, KvReceiveLimits limits)
-      : owner_(owner), decoder_(owner->engine_->config(), std::move(limits)) {}
+      : owner_(owner), buffers_(std::make_shared<ReceiveBuffers>()) {
+    absl::MutexLock lock(&buffers_->mu);
+    buffers_->decoder = std::make_unique<KvChunkDecoder>(owner->engine_->config(), std::move(limits));
+  }
 
   ~ReceiveSession() override {
     if (!ended_) AbortReceive(absl::CancelledError("the hand-off stream ended without a commit"));
@@ -43,43 +68,59 @@ class BatchScheduler::ReceiveSession final : public KvReceiveSession {
         return absl::FailedPreconditionError("KV hand-off rejected: the first chunk is not a header");
       }
       const auto& h = chunk.header();
-      RETURN_IF_ERROR(owner_->AttachReceiver(h.request_id(), static_cast<int64_t>(h.prompt_len()), &entry_));
-    } else if (Cancelled()) {
-      return absl::CancelledError(absl::StrCat("request ", entry_->request.request_id, " was cancelled"));
+      RETURN_IF_ERROR(owner_->AttachReceiver(h.request_id(), static_cast<int64_t>(h.prompt_len()),
+                                             static_cast<int64_t>(h.total_bytes()), buffers_, &entry_));
+    } else {
+      owner_->NoteProgress(entry_);
+      if (chunk.has_progress()) return absl::OkStatus();  // a heartbeat, no K/V
     }
-    return decoder_.Accept(chunk);
+    absl::MutexLock lock(&buffers_->mu);
+    if (buffers_->decoder == nullptr) return buffers_->dropped;
+    return buffers_->decoder->Accept(chunk);
   }
 
   absl::StatusOr<internal::v1::PushKvResponse> FinishReceive() override {
     ended_ = true;
-    absl::StatusOr<KvHandoffState> state = decoder_.Finish();
+    absl::StatusOr<KvHandoffState> state;
+    internal::v1::PushKvResponse ack;
+    uint32_t first_token = 0;
+    {
+      absl::MutexLock lock(&buffers_->mu);
+      if (buffers_->decoder == nullptr) {
+        state = buffers_->dropped;
+      } else {
+        state = buffers_->decoder->Finish();
+        ack.set_received_bytes(buffers_->decoder->received_bytes());
+        first_token = buffers_->decoder->first_token();
+        if (entry_ != nullptr && state.ok()) {
+          entry_->sampling = SamplingFromProto(buffers_->decoder->header().sampling());
+        }
+        buffers_->decoder.reset();  // the state owns the tensors now
+      }
+    }
     if (!state.ok()) {
       owner_->m_.handoff_rejections->Increment();
       if (entry_ != nullptr) owner_->FailRequest(entry_, state.status());
       return state.status();
     }
-    internal::v1::PushKvResponse ack;
-    ack.set_received_bytes(decoder_.received_bytes());
-    owner_->m_.received_bytes->Increment(static_cast<double>(decoder_.received_bytes()));
-    entry_->sampling = SamplingFromProto(decoder_.header().sampling());
-    owner_->CompleteHandoff(entry_, std::move(*state), decoder_.first_token());
+    owner_->m_.received_bytes->Increment(static_cast<double>(ack.received_bytes()));
+    owner_->CompleteHandoff(entry_, std::move(*state), first_token);
     return ack;
   }
 
+  // Counted once per hand-off: after FinishReceive (which counted a
+  // rejection itself) the transport's abort is a no-op.
   void AbortReceive(const absl::Status& why) override {
+    if (ended_) return;
     ended_ = true;
     owner_->m_.handoff_rejections->Increment();
+    buffers_->Drop(why);
     if (entry_ != nullptr) owner_->FailRequest(entry_, why);
   }
 
  private:
-  bool Cancelled() {
-    absl::MutexLock lock(&owner_->mu_);
-    return entry_->state == Entry::State::kDone;
-  }
-
   BatchScheduler* owner_;
-  KvChunkDecoder decoder_;
+  std::shared_ptr<ReceiveBuffers> buffers_;
   std::shared_ptr<Entry> entry_;
   bool ended_ = false;
 };
@@ -154,7 +195,7 @@ int64_t BatchScheduler::ReservationBytes(int64_t prompt_len, int64_t max_new_tok
   return MixedKVCache::BytesFor(engine_->config(), engine_->options().kv.dtype, prompt_len + max_new_tokens);
 }
 
-absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
+absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
   const ModelConfig& c = engine_->config();
   if (request.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
   if (request.prompt_len < 1 || request.max_new_tokens < 1 ||
@@ -164,6 +205,13 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
                                                    c.max_context, "]"));
   }
   if (!request.local_prompt.empty()) {
+    if (request.prompt_len > options_.local_prefill_max_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat("local prefill of ", request.prompt_len,
+                                                     " tokens is above this decode worker's limit of ",
+                                                     options_.local_prefill_max_tokens,
+                                                     " (--local-prefill-max-tokens): send it through a prefill "
+                                                     "worker"));
+    }
     if (static_cast<int64_t>(request.local_prompt.size()) != request.prompt_len) {
       return absl::InvalidArgumentError(absl::StrCat("local prefill of ", request.local_prompt.size(),
                                                      " prompt ids, but prompt_len is ", request.prompt_len));
@@ -183,11 +231,16 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
   }
   e->sink = std::move(sink);
   e->reserved_bytes = ReservationBytes(request.prompt_len, request.max_new_tokens);
-  e->admitted_at = absl::Now();
+  e->last_progress = absl::Now();
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the decode worker is shutting down");
   if (entries_.contains(request.request_id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", request.request_id, " is already live here"));
+  }
+  if (e->reserved_bytes > options_.kv_budget_bytes) {
+    return absl::OutOfRangeError(absl::StrCat("request ", request.request_id, " needs ", e->reserved_bytes,
+                                              " bytes of KV, more than this worker's whole KV budget of ",
+                                              options_.kv_budget_bytes, " (--kv-budget-mb)"));
   }
   if (reserved_bytes_ + e->reserved_bytes > options_.kv_budget_bytes) {
     m_.admission_rejections->Increment();
@@ -196,17 +249,24 @@ absl::Status BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<
         options_.kv_budget_bytes - reserved_bytes_, " of ", options_.kv_budget_bytes, " are free"));
   }
   reserved_bytes_ += e->reserved_bytes;
+  e->serial = next_serial_++;
+  RequestHandle handle{request.request_id, e->serial};
   if (e->state == Entry::State::kLocalPrefill) local_queue_.push_back(e);
   entries_[request.request_id] = std::move(e);
-  return absl::OkStatus();
+  return handle;
 }
 
-void BatchScheduler::Cancel(const std::string& request_id) {
+void BatchScheduler::Cancel(const RequestHandle& handle) {
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(request_id);
-  if (it == entries_.end()) return;
+  auto it = entries_.find(handle.request_id);
+  if (it == entries_.end() || it->second->serial != handle.serial) return;
   RemoveLocked(std::shared_ptr<Entry>(it->second));
   m_.cancelled->Increment();
+}
+
+void BatchScheduler::NoteProgress(const std::shared_ptr<Entry>& e) {
+  absl::MutexLock lock(&mu_);
+  e->last_progress = absl::Now();
 }
 
 void BatchScheduler::RemoveLocked(const std::shared_ptr<Entry>& e) {
@@ -217,6 +277,11 @@ void BatchScheduler::RemoveLocked(const std::shared_ptr<Entry>& e) {
   reserved_bytes_ -= e->reserved_bytes;
   allocated_bytes_ -= e->allocated_bytes;
   e->state = Entry::State::kDone;
+  if (e->receive != nullptr) {
+    e->receive->Drop(absl::CancelledError(
+        absl::StrCat("KV hand-off abandoned: request ", e->request.request_id, " ended before its commit")));
+    e->receive.reset();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<KvReceiveSession>> BatchScheduler::BeginReceive() {
@@ -232,8 +297,8 @@ absl::StatusOr<std::unique_ptr<KvReceiveSession>> BatchScheduler::BeginReceive()
   return std::make_unique<ReceiveSession>(this, std::move(limits));
 }
 
-absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64_t prompt_len,
-                                            std::shared_ptr<Entry>* out) {
+absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
+                                            std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(request_id);
   if (it == entries_.end()) {
@@ -253,12 +318,26 @@ absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64
     return absl::FailedPreconditionError(absl::StrCat("KV hand-off rejected: prompt_len ", prompt_len,
                                                       " differs from the admitted ", e->request.prompt_len));
   }
+  if (total_bytes < 0 || total_bytes > e->reserved_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat("KV hand-off rejected: it declares ", total_bytes,
+                                                      " bytes, more than request ", request_id, " reserved (",
+                                                      e->reserved_bytes, ")"));
+  }
   e->state = Entry::State::kReceiving;
+  e->last_progress = absl::Now();
+  e->receive = std::move(buffers);
+  // The hand-off's buffers count as allocated until they are freed.
+  e->allocated_bytes = total_bytes;
+  allocated_bytes_ += total_bytes;
   *out = e;
   return absl::OkStatus();
 }
 
 void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffState state, uint32_t first_token) {
+  {
+    absl::MutexLock lock(&mu_);
+    e->receive.reset();  // committed: the state below holds the tensors
+  }
   auto seq = engine_->NewSequence();
   const int64_t reserve = e->request.prompt_len + e->request.max_new_tokens;
   auto cache = MixedKVCache::Import(engine_->config(), state, engine_->options().kv, reserve);
@@ -311,6 +390,7 @@ void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_p
   {
     absl::MutexLock lock(&mu_);
     if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
+    allocated_bytes_ -= e->allocated_bytes;  // the hand-off's buffers, now freed
     e->allocated_bytes = seq->cache.AllocatedBytes();
     allocated_bytes_ += e->allocated_bytes;
     e->seq = std::move(seq);
@@ -367,16 +447,19 @@ void BatchScheduler::ExpireStale() {
     absl::MutexLock lock(&mu_);
     for (auto& [id, e] : entries_) {
       // Local prefills wait for the loop, not for a hand-off.
-      if (e->state != Entry::State::kRunning && e->state != Entry::State::kLocalPrefill &&
-          e->admitted_at < cutoff) {
+      if ((e->state == Entry::State::kAwaitingKv || e->state == Entry::State::kReceiving) &&
+          e->last_progress < cutoff) {
         stale.push_back(e);
       }
     }
   }
   for (auto& e : stale) {
-    FailRequest(e, absl::DeadlineExceededError(absl::StrCat("no KV hand-off for request ", e->request.request_id,
-                                                            " within ",
-                                                            absl::FormatDuration(options_.handoff_timeout))));
+    // The prefill side stalled or died: UNAVAILABLE, marked as its failure,
+    // so that the router places the request on another prefill worker.
+    FailRequest(e, MarkFailedSide(absl::UnavailableError(absl::StrCat(
+                                      "KV hand-off for request ", e->request.request_id, " made no progress for ",
+                                      absl::FormatDuration(options_.handoff_timeout), " (--handoff-timeout-s)")),
+                                  "prefill"));
   }
 }
 

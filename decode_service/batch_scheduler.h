@@ -14,7 +14,12 @@
 //                  leave;
 //   gone           finished, cancelled, deadline, broken stream, or a failed
 //                  hand-off: the KV and the reservation are freed at once
-//                  (or after the step in flight).
+//                  (or after the step in flight), and so are the buffers of
+//                  a hand-off still arriving (its stream then fails).
+//
+// Cancellation is by RequestHandle, the admission itself, never by id: a
+// stream can only end its own request, not whichever request holds the
+// same id later (a refused duplicate, a late cleanup).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +46,14 @@ struct BatchSchedulerOptions {
   int64_t kv_budget_bytes = int64_t{4} << 30;
   // Sequences per decode step; more wait for a free slot.
   int max_batch = 64;
-  // How long an admitted request may wait for its hand-off commit.
+  // How long an admitted request may wait for the first chunk of its
+  // hand-off (the header, sent when its prefill starts), and how long a
+  // hand-off may then go without a chunk. Progress restarts the clock, so
+  // a long prefill is not cut off; a stalled or dead sender is.
   absl::Duration handoff_timeout = absl::Seconds(60);
+  // Longest prompt a direct local prefill may carry: it runs between two
+  // decode steps, so every running stream waits for it.
+  int64_t local_prefill_max_tokens = 2048;
   // The model's fingerprint, checked against every hand-off header.
   std::string model_fingerprint;
   // Where to report metrics; nullptr = nowhere. Must outlive the scheduler.
@@ -71,6 +82,14 @@ struct AdmitRequest {
   SamplingParams sampling;
 };
 
+// One admission: what Admit returns and Cancel takes. The serial is unique
+// for the scheduler's life, so a handle never names a later request that
+// reuses the id.
+struct RequestHandle {
+  std::string request_id;
+  uint64_t serial = 0;
+};
+
 class BatchScheduler final : public KvReceiver {
  public:
   BatchScheduler(const Engine* engine, BatchSchedulerOptions options);
@@ -84,13 +103,16 @@ class BatchScheduler final : public KvReceiver {
   // Reserves the request's KV (and queues a local prefill). InvalidArgument
   // for impossible sizes or a local prompt of the wrong length or with ids
   // outside the vocabulary, AlreadyExists for a live request id,
-  // ResourceExhausted when the budget cannot hold it, Unavailable when
-  // shutting down.
-  absl::Status Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink);
+  // ResourceExhausted when the budget cannot hold it now, OutOfRange when
+  // it could not even empty, Unavailable when
+  // shutting down. A local prompt longer than local_prefill_max_tokens is
+  // InvalidArgument.
+  absl::StatusOr<RequestHandle> Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink);
 
-  // Drops a request wherever it is and frees its KV (a running one after
-  // the step in flight). No-op for unknown ids.
-  void Cancel(const std::string& request_id);
+  // Drops the admitted request `handle` wherever it is and frees its KV (a
+  // running one after the step in flight). No-op when it already ended, or
+  // when its id now belongs to another admission.
+  void Cancel(const RequestHandle& handle);
 
   // KvReceiver: sessions accept hand-offs only for admitted requests.
   absl::StatusOr<std::unique_ptr<KvReceiveSession>> BeginReceive() override;
@@ -103,10 +125,13 @@ class BatchScheduler final : public KvReceiver {
 
  private:
   class ReceiveSession;
+  struct ReceiveBuffers;
   struct Entry;
 
   // The session's hooks into the table (under mu_).
-  absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, std::shared_ptr<Entry>* out);
+  absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
+                              std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out);
+  void NoteProgress(const std::shared_ptr<Entry>& entry);
   void CompleteHandoff(const std::shared_ptr<Entry>& entry, KvHandoffState state, uint32_t first_token);
   // Emits the first token and lets the sequence join the steps (or ends it).
   void StartRunning(const std::shared_ptr<Entry>& entry, std::unique_ptr<Sequence> seq, uint32_t first_token);
@@ -119,8 +144,9 @@ class BatchScheduler final : public KvReceiver {
   // sequence is then failed).
   void Step(const std::vector<std::shared_ptr<Entry>>& batch);
   void ExpireStale();
-  // Removes an entry and its reservation (mu_ held).
-  void RemoveLocked(const std::shared_ptr<Entry>& entry);
+  // Removes an entry and its reservation, and frees the buffers of a
+  // hand-off still arriving for it (mu_ held).
+  void RemoveLocked(const std::shared_ptr<Entry>& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Series in options_.metrics (or in a private registry when none).
   struct Metrics {
@@ -152,6 +178,7 @@ class BatchScheduler final : public KvReceiver {
   int64_t allocated_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rotate_ ABSL_GUARDED_BY(mu_) = 0;  // fairness when running > max_batch
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t last_batch_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t max_batch_seen_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t steps_ ABSL_GUARDED_BY(mu_) = 0;

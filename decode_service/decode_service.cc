@@ -1,8 +1,10 @@
 #include "decode_service/decode_service.h"
 
+#include "absl/synchronization/mutex.h"
 #include "common/handoff/grpc_kv_receiver.h"
 #include "common/net/grpc_status.h"
 #include "common/net/queued_writer.h"
+#include "common/net/sampling_validation.h"
 
 namespace pdserve {
 namespace {
@@ -10,37 +12,73 @@ namespace {
 using internal::v1::DecodeResponse;
 
 // The Decode stream: the scheduler's TokenSink on one side, a QueuedWriter
-// on the other. When the router goes away, the sequence is dropped.
+// on the other. When the router goes away, the sequence this stream
+// admitted (and only that one) is dropped.
 class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSink {
  public:
-  DecodeReactor(BatchScheduler* scheduler, std::string request_id)
-      : scheduler_(scheduler), request_id_(std::move(request_id)) {}
+  explicit DecodeReactor(BatchScheduler* scheduler) : scheduler_(scheduler) {}
+
+  // After a successful Admit. A stream that already went has its request
+  // cancelled here.
+  void SetAdmission(RequestHandle handle) {
+    bool gone;
+    {
+      absl::MutexLock lock(&mu_);
+      handle_ = std::move(handle);
+      admitted_ = true;
+      gone = gone_;
+    }
+    if (gone) scheduler_->Cancel(handle_);
+  }
 
   void OnTokens(const std::vector<uint32_t>& ids, pdserve::v1::FinishReason finish) override {
     DecodeResponse r;
     for (uint32_t id : ids) r.add_token_ids(id);
     r.set_finish_reason(finish);
     if (!Send(std::move(r))) {
-      scheduler_->Cancel(request_id_);
+      CancelAdmission();
       return;
     }
     if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) Close(grpc::Status::OK);
   }
 
-  void OnError(const absl::Status& status) override { Close(ToGrpcStatus(status)); }
+  void OnError(const absl::Status& status) override {
+    const std::string side = FailedSide(status);
+    Close(ToGrpcStatus(status), side.empty() ? "" : kFailedSideKey, side);
+  }
 
  private:
-  void OnStreamGone() override { scheduler_->Cancel(request_id_); }
+  void OnStreamGone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      gone_ = true;
+    }
+    CancelAdmission();
+  }
+
+  void CancelAdmission() {
+    RequestHandle h;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!admitted_) return;
+      h = handle_;
+    }
+    scheduler_->Cancel(h);
+  }
 
   BatchScheduler* scheduler_;
-  const std::string request_id_;
+  absl::Mutex mu_;
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;
+  bool gone_ ABSL_GUARDED_BY(mu_) = false;
+  RequestHandle handle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackServerContext* context,
                                                                 const internal::v1::DecodeRequest* request) {
-  auto reactor = QueuedWriter<DecodeResponse>::Create<DecodeReactor>(scheduler_, request->request_id());
+  auto reactor = QueuedWriter<DecodeResponse>::Create<DecodeReactor>(scheduler_);
+  reactor->BindContext(context);
   AdmitRequest admit;
   admit.request_id = request->request_id();
   admit.prompt_len = static_cast<int64_t>(request->prompt_len());
@@ -48,16 +86,22 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackSe
   admit.ignore_eos = request->ignore_eos();
   if (request->prefill_locally()) {
     admit.local_prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
-    admit.sampling = SamplingFromProto(request->sampling());
     if (admit.local_prompt.empty()) {
       reactor->Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prefill_locally without prompt_token_ids"));
       return reactor.get();
     }
+    absl::Status valid = ValidateSampling(request->sampling(), "sampling");
+    if (!valid.ok()) {
+      reactor->Close(ToGrpcStatus(valid));
+      return reactor.get();
+    }
+    admit.sampling = SamplingFromProto(request->sampling());
   }
-  absl::Status st = scheduler_->Admit(admit, reactor);
-  if (!st.ok()) {
-    reactor->Close(ToGrpcStatus(st));
+  absl::StatusOr<RequestHandle> handle = scheduler_->Admit(admit, reactor);
+  if (!handle.ok()) {
+    reactor->Close(ToGrpcStatus(handle.status()));
   } else {
+    reactor->SetAdmission(std::move(*handle));
     DecodeResponse admitted;
     admitted.set_admitted(true);
     reactor->Send(std::move(admitted));

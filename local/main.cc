@@ -3,6 +3,7 @@
 // picks; one copy of the weights shared by both workers, and the in-process
 // KV hand-off between them (the same chunks and checks as over gRPC).
 // Stops cleanly on SIGTERM or Ctrl-C.
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -27,6 +28,8 @@ ABSL_FLAG(int64_t, local_prefill_max_tokens, 0,
           "worker, no KV hand-off); 0 turns it off.");
 ABSL_FLAG(bool, log_requests, false, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, metrics_port, 0, "HTTP port for Prometheus /metrics of all three; 0 picks one (printed), -1 turns it off.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the /metrics HTTP server binds (loopback, like the rest of pdserve-local).");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
 
 int main(int argc, char** argv) {
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
   so.max_batch = absl::GetFlag(FLAGS_max_batch);
   so.model_fingerprint = loaded->fingerprint;
   so.metrics = &metrics;
+  so.local_prefill_max_tokens = std::max(so.local_prefill_max_tokens, absl::GetFlag(FLAGS_local_prefill_max_tokens));
   pdserve::BatchScheduler scheduler(engine, so);
   scheduler.Start();
   pdserve::DecodeService decode_service(&scheduler);
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
   auto sender = pdserve::MakeKvSender(*transport, engine->config());
   pdserve::PrefillServiceOptions po;
   po.model_fingerprint = loaded->fingerprint;
+  po.allowed_decode_addresses = {decode_address};
   po.metrics = &metrics;
   pdserve::PrefillService prefill_service(engine, sender.get(), po);
   prefill_service.Start();
@@ -97,7 +102,8 @@ int main(int argc, char** argv) {
                router_server->port, prefill_address.c_str(), decode_address.c_str(),
                absl::GetFlag(FLAGS_kv_transport).c_str());
 
-  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-local");
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+                                              &metrics, "pdserve-local");
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();

@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/handoff/kv_wire.h"
 #include "common/net/grpc_status.h"
+#include "common/net/sampling_validation.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
 
@@ -16,6 +18,37 @@ namespace {
 
 internal::v1::KvDtype WireDtype(KvDtype d) {
   return d == KvDtype::kBF16 ? internal::v1::KV_DTYPE_BF16 : internal::v1::KV_DTYPE_F32;
+}
+
+// A failure of the hand-off's decode side, marked for the router.
+absl::Status DecodeSide(absl::Status st) { return MarkFailedSide(std::move(st), "decode"); }
+
+// The first problem of a Prefill request that any caller could send, or OK.
+// Checked before it is queued: nothing is computed for a bad request.
+grpc::Status CheckPrefillRequest(const internal::v1::PrefillRequest& r, const ModelConfig& c,
+                                 const std::vector<std::string>& allowed) {
+  if (r.token_ids().empty() || r.decode_address().empty() || r.request_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Prefill needs request_id, token_ids and decode_address");
+  }
+  if (r.token_ids_size() >= c.max_context) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the prompt has ", r.token_ids_size(), " tokens; max_context ", c.max_context,
+                                     " leaves room for at most ", c.max_context - 1));
+  }
+  for (int i = 0; i < r.token_ids_size(); ++i) {
+    if (r.token_ids(i) >= c.vocab_size) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("token_ids[", i, "] = ", r.token_ids(i),
+                                                                           " is not below vocab_size ", c.vocab_size));
+    }
+  }
+  absl::Status sampling = ValidateSampling(r.sampling(), "sampling");
+  if (!sampling.ok()) return ToGrpcStatus(sampling);
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), r.decode_address()) == allowed.end()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("decode_address '", r.decode_address().substr(0, 128),
+                                     "' is not among this prefill worker's decode workers (--decode-allowlist)"));
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -87,19 +120,11 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
                                                   const internal::v1::PrefillRequest* request,
                                                   internal::v1::PrefillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const ModelConfig& c = engine_->config();
-  if (request->token_ids().empty() || request->decode_address().empty() || request->request_id().empty()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "Prefill needs request_id, token_ids and decode_address"));
+  grpc::Status bad = CheckPrefillRequest(*request, engine_->config(), options_.allowed_decode_addresses);
+  if (!bad.ok()) {
+    RequestsCounter(bad.error_code())->Increment();
+    reactor->Finish(bad);
     return reactor;
-  }
-  for (int i = 0; i < request->token_ids_size(); ++i) {
-    if (request->token_ids(i) >= c.vocab_size) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   absl::StrCat("token_ids[", i, "] = ", request->token_ids(i),
-                                                " is not below vocab_size ", c.vocab_size)));
-      return reactor;
-    }
   }
   {
     absl::MutexLock lock(&mu_);
@@ -153,6 +178,7 @@ void PrefillService::ExecutorLoop() {
       --running_;
     }
     RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
+    AddFailedSideMetadata(st, job.context);
     job.reactor->Finish(ToGrpcStatus(st));
   }
 }
@@ -170,16 +196,23 @@ absl::Status PrefillService::Run(const Job& job) {
   header.set_prompt_len(ids.size());
   *header.mutable_sampling() = req.sampling();
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
-  ASSIGN_OR_RETURN(std::unique_ptr<KvSendSession> session,
-                   sender_->StartSend(req.decode_address(), std::move(header), deadline));
+  absl::StatusOr<std::unique_ptr<KvSendSession>> opened =
+      sender_->StartSend(req.decode_address(), std::move(header), deadline);
+  if (!opened.ok()) return DecodeSide(opened.status());
+  std::unique_ptr<KvSendSession> session = std::move(*opened);
 
   const int64_t t0 = NowNs();
   auto seq = engine_->NewSequence();
   bool handoff_broke = false;
   PrefillHooks hooks;
-  hooks.check_cancelled = [ctx]() -> absl::Status {
+  absl::Time last_progress = absl::Now();
+  hooks.check_cancelled = [&]() -> absl::Status {
     if (ctx->IsCancelled()) return absl::CancelledError("the router cancelled the prefill");
-    return absl::OkStatus();
+    if (absl::Now() - last_progress < options_.progress_interval) return absl::OkStatus();
+    last_progress = absl::Now();
+    absl::Status st = session->SendProgress(seq->pos);
+    handoff_broke = !st.ok();
+    return st;
   };
   hooks.on_layer_final = [&](int64_t layer) -> absl::Status {
     auto [k, v] = seq->cache.Get(layer);
@@ -208,12 +241,13 @@ absl::Status PrefillService::Run(const Job& job) {
   }
   seq.reset();  // the decode worker owns the K/V now (or the request failed)
   if (!logits.ok()) {
-    if (handoff_broke) handoff_failures_->Increment();
-    return logits.status();
+    if (!handoff_broke) return logits.status();
+    handoff_failures_->Increment();
+    return DecodeSide(logits.status());
   }
   if (!stats.ok()) {
     handoff_failures_->Increment();
-    return stats.status();
+    return DecodeSide(stats.status());
   }
   prompt_tokens_->Increment(static_cast<double>(ids.size()));
   prefill_seconds_->Observe(prefill_ns * 1e-9);

@@ -4,6 +4,11 @@
 // soon as the layer is final, samples the first token (n = 0), commits the
 // hand-off and frees its copy once the decode worker acknowledges. A
 // cancelled or expired call stops prefill at the next layer.
+//
+// A failure on the decode side of the hand-off (refused, unknown request,
+// unreachable, broken) is marked in the trailing metadata
+// `pdserve-failed-side: decode`, so that the router avoids that decode
+// worker rather than this one.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/metrics.h"
@@ -25,6 +31,12 @@ struct PrefillServiceOptions {
   int max_queue = 16;   // prompts waiting beyond the ones running
   int executors = 1;    // prompts prefilled at once
   std::string model_fingerprint;
+  // Decode workers a Prefill may name as decode_address; empty = any. A
+  // caller that names another gets PermissionDenied before any work.
+  std::vector<std::string> allowed_decode_addresses;
+  // How often a prefill in progress tells its decode worker it is alive
+  // (KvProgress), so that a prefill longer than the hand-off timeout lives.
+  absl::Duration progress_interval = absl::Seconds(5);
   // Where to report metrics; nullptr = nowhere. Must outlive the service.
   MetricsRegistry* metrics = nullptr;
 };

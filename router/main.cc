@@ -26,8 +26,16 @@ ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one heal
 ABSL_FLAG(int64_t, local_prefill_max_tokens, 0,
           "Prompts of at most this many tokens are prefilled on the decode worker itself (no prefill "
           "worker, no KV hand-off); 0 turns it off.");
+ABSL_FLAG(int, max_inflight, 512, "Requests placed or streaming at once; more wait in the queue.");
+ABSL_FLAG(int, max_queued_requests, 4096,
+          "Requests that may wait, in arrival order, for a worker with room (deadlines honoured); more get "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_inflight_per_client, 0,
+          "Requests one client address may have queued or in flight; more get RESOURCE_EXHAUSTED (0 = no limit).");
 ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, metrics_port, 9090, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
+          "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
 
 namespace {
@@ -86,14 +94,21 @@ int main(int argc, char** argv) {
   ro.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   ro.log_requests = absl::GetFlag(FLAGS_log_requests);
   ro.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
+  ro.queue.max_active = absl::GetFlag(FLAGS_max_inflight);
+  ro.queue.max_waiting = absl::GetFlag(FLAGS_max_queued_requests);
+  ro.queue.max_per_client = absl::GetFlag(FLAGS_max_inflight_per_client);
   ro.metrics = &metrics;
   if (ro.max_attempts < 1) pdserve::Die("--max-attempts must be >= 1", 2);
+  if (ro.queue.max_active < 1 || ro.queue.max_waiting < 0 || ro.queue.max_per_client < 0) {
+    pdserve::Die("--max-inflight must be >= 1, --max-queued-requests and --max-inflight-per-client >= 0", 2);
+  }
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, ro);
   auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
   if (!server.ok()) pdserve::Die(server.status());
   std::fprintf(stderr, "pdserve-router: serving on port %d\n", server->port);
 
-  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_port), &metrics, "pdserve-router");
+  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+                                              &metrics, "pdserve-router");
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();

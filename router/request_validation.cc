@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/sampling_validation.h"
+#include "common/util/status_macros.h"
 
 namespace pdserve {
 
@@ -45,13 +47,7 @@ absl::StatusOr<std::vector<uint32_t>> ValidateGenerateRequest(const pdserve::v1:
                                                    s.max_new_tokens(), ") is ", total, ", above max_context ",
                                                    config.max_context));
   }
-  if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.temperature must be >= 0 (0 is greedy), got ", s.temperature()));
-  }
-  if (!(s.top_p() >= 0 && s.top_p() <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling.top_p must be in [0, 1], got ", s.top_p()));
-  }
+  RETURN_IF_ERROR(ValidateSampling(s, "sampling"));
   if (static_cast<uint32_t>(s.stop_size()) > limits.max_stop_sequences) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.stop has ", s.stop_size(), " sequences, at most ",
                                                    limits.max_stop_sequences, " are allowed"));

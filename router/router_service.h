@@ -1,7 +1,8 @@
 // RouterService: the public pdserve.v1.Generator.
 //
-// Generate validates and tokenizes on the gRPC thread, then hands the
-// request to an executor thread that drives it:
+// Generate validates and tokenizes on the gRPC thread, takes a place in
+// the admission queue (full: RESOURCE_EXHAUSTED), then hands the request
+// to an executor thread that waits its turn and drives it:
 //   1. pick a decode worker by load; its Decode call reserves the KV and
 //      answers `admitted` (RESOURCE_EXHAUSTED / UNAVAILABLE: next worker);
 //   2. pick a prefill worker; Prefill runs the prompt and pushes the K/V to
@@ -12,7 +13,13 @@
 //   3. relay the decode stream: incremental detokenization (whole UTF-8
 //      characters only), stop sequences, usage on the last message.
 // Client cancellation and deadlines reach both workers through the
-// outgoing calls' contexts.
+// outgoing calls' contexts. When every attempt failed, the answer is the
+// most informative attempt's status; when that was "full", the request
+// waits in the queue again instead. A failure the prefill worker marks as
+// the hand-off's decode side (trailing metadata pdserve-failed-side), or a
+// Decode stream that breaks during prefill, excludes that decode worker.
+// Internal request ids are random (unguessable); the access log escapes
+// client text.
 #pragma once
 
 #include <atomic>
@@ -25,6 +32,7 @@
 #include "common/net/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/v1/generate.grpc.pb.h"
+#include "router/admission_queue.h"
 #include "router/request_validation.h"
 #include "router/worker_pool.h"
 
@@ -34,8 +42,10 @@ struct RouterOptions {
   RequestLimits limits;
   // Placement attempts per request (each may use another worker pair).
   int max_attempts = 3;
-  // Requests in flight; more get RESOURCE_EXHAUSTED.
-  int max_inflight = 512;
+  // Requests placed at once, requests waiting, and a client's share: a
+  // burst waits in arrival order (deadlines honoured); only past
+  // queue.max_waiting is it refused (RESOURCE_EXHAUSTED naming the bound).
+  AdmissionQueueOptions queue;
   // Conditional local prefill: prompts of at most this many tokens are
   // prefilled on the decode worker itself, skipping the prefill worker and
   // the hand-off (0 = never).
@@ -75,11 +85,12 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   Counter* prompt_tokens_;
   Counter* generated_tokens_;
   Counter* retries_;
+  Counter* requeued_;
   Counter* local_prefills_;
   WorkerPool* prefill_;
   WorkerPool* decode_;
   const RouterOptions options_;
-  std::atomic<uint64_t> next_id_{1};
+  AdmissionQueue queue_;
 
   absl::Mutex mu_;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;

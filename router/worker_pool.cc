@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "common/net/server.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -326,7 +327,7 @@ void WorkerPool::PollAll() {
 std::shared_ptr<grpc::Channel> WorkerPool::ChannelLocked(const std::string& address) {
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
   if (channel == nullptr) {
-    grpc::ChannelArguments args;
+    grpc::ChannelArguments args = DefaultChannelArguments();  // message size limits
     // gRPC's default reconnect backoff grows to 120 s: a restarted worker
     // would stay unreachable for minutes although it is serving again.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);

@@ -10,7 +10,9 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libspdlog-dev
+  libcpp-httplib-dev    # the /metrics HTTP server (compiled build: links libcpp-httplib.so)
   libpcre2-dev          # the BPE pre-tokenizer regex (Unicode classes, lookahead)
+  clang libclang-rt-dev # libFuzzer + ASan/UBSan for scripts/fuzz.sh (tests/fuzz/)
   python3 python3-numpy python3-matplotlib
   python3-grpcio python3-protobuf   # tests/e2e/python_client.py (with protobuf-compiler-grpc)
   buildah debootstrap   # tests/k8s/image_build_test.sh builds the image daemonless (no Docker engine)

@@ -504,6 +504,84 @@ TEST(MalformedBpeTest, MissingFileIsNotFoundWithThePath) {
   ExpectError(made.status(), absl::StatusCode::kNotFound, "/nonexistent/model/tokenizer.json");
 }
 
+// Defect 8 (issue 12): a 300k-deep value in tokenizer.json crashed the loader
+// (recursive dump() in the error message), and 100,000 Split steps crashed the
+// first Encode (one recursion per step).
+TEST(MalformedBpeTest, DeepNestingIsRefusedBeforeParsing) {
+  const size_t depth = 300000;
+  json j = TinyJson(HelloSpec());
+  std::string text = j.dump();
+  // {"model": {"type": [[[...]]], ...}} spliced in as text: building it as a
+  // json value would itself recurse.
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  const std::string key = "\"version\":\"1.0\"";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, key.size(), "\"version\":" + deep);
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromJson(text);
+  ExpectError(tok.status(), absl::StatusCode::kInvalidArgument, "deeper than 64");
+  EXPECT_LT(tok.status().message().size(), 200u);
+  j = TinyJson(HelloSpec());
+  j["model"]["type"] = json::array({json::array({json::array({1, 2, 3})})});
+  ExpectError(BpeTokenizer::FromJson(j.dump()).status(), absl::StatusCode::kInvalidArgument, "model.type");
+  // Brackets inside strings do not count.
+  j = TinyJson(HelloSpec());
+  j["model"]["vocab"][std::string(100, '[')] = 100000;
+  EXPECT_TRUE(BpeTokenizer::FromJson(j.dump()).ok());
+}
+
+TEST(MalformedBpeTest, TooManyPreTokenizerStepsAreRefusedAtLoad) {
+  json j = TinyJson(HelloSpec());
+  json split = j["pre_tokenizer"]["pretokenizers"][0];
+  split["pattern"] = {{"String", "q"}};
+  json steps = json::array();
+  for (int i = 0; i < 100000; ++i) steps.push_back(split);
+  steps.push_back(j["pre_tokenizer"]["pretokenizers"][1]);
+  j["pre_tokenizer"]["pretokenizers"] = steps;
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromJson(j.dump());
+  if (tok.ok()) (void)(*tok)->Encode("hello world");  // crashed here before the fix
+  ExpectError(tok.status(), absl::StatusCode::kInvalidArgument, "100001 steps, at most 64");
+  // 64 steps still load and encode.
+  steps = json::array();
+  for (int i = 0; i < 63; ++i) steps.push_back(split);
+  steps.push_back(TinyJson(HelloSpec())["pre_tokenizer"]["pretokenizers"][1]);
+  j["pre_tokenizer"]["pretokenizers"] = steps;
+  tok = BpeTokenizer::FromJson(j.dump());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_TRUE((*tok)->Encode("hello world").ok());
+}
+
+// Ids index dense per-id arrays: one id of 2^24 - 1 used to cost 512 MB.
+TEST(MalformedBpeTest, IdsAreBoundedByTheLargestVocabulary) {
+  json j = TinyJson(HelloSpec());
+  j["model"]["vocab"]["zz"] = 16777215;
+  ExpectError(BpeTokenizer::FromJson(j.dump()).status(), absl::StatusCode::kInvalidArgument, "maximum");
+  j = TinyJson(HelloSpec());
+  j["added_tokens"][0]["id"] = 4194304;
+  ExpectError(BpeTokenizer::FromJson(j.dump()).status(), absl::StatusCode::kInvalidArgument, "maximum");
+  j = TinyJson(HelloSpec());
+  j["model"]["vocab"][std::string(1 << 20, 'k')] = "zero";
+  absl::Status s = BpeTokenizer::FromJson(j.dump()).status();
+  ExpectError(s, absl::StatusCode::kInvalidArgument, "model.vocab['kkk");
+  EXPECT_LT(s.message().size(), 200u);
+}
+
+TEST(MalformedBpeTest, ErrorsQuoteLongValuesBriefly) {
+  json j = TinyJson(HelloSpec());
+  j["model"]["type"] = std::string(1 << 20, 'W');
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromJson(j.dump());
+  ExpectError(tok.status(), absl::StatusCode::kInvalidArgument, "model.type");
+  EXPECT_LT(tok.status().message().size(), 200u);
+  j = TinyJson(HelloSpec());
+  j["model"]["merges"] = json::array({json::array({std::string(1 << 20, 'x'), "y", "z"})});
+  tok = BpeTokenizer::FromJson(j.dump());
+  ExpectError(tok.status(), absl::StatusCode::kInvalidArgument, "model.merges[0]");
+  EXPECT_LT(tok.status().message().size(), 200u);
+  tok = BpeTokenizer::FromJson("{\"model\": \"" + std::string(1 << 20, 'x'));  // unterminated string
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_LT(tok.status().message().size(), 300u);
+}
+
 TEST(MalformedBpeTest, RandomCorruptionNeverCrashes) {
   const std::string good = TinyJson(HelloSpec()).dump();
   std::mt19937 rng(7);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 
 #include "tests/test_util.h"
 
@@ -71,6 +72,105 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{R"({"rope_identity_pairs_global": 49})", "'rope_identity_pairs_global'"},
                       BadCase{R"({"tokenizer": {"type": "sentencepiece"}})", "'tokenizer.type'"},
                       BadCase{R"({"eos_token_id": 128000})", "'eos_token_id'"}));
+
+// Defect 8 (issue 12): size fields are checked against config.h's hard
+// limits before anything is sized from them (1e9 layers aborted the loader
+// with bad_alloc in NamedTensors).
+INSTANTIATE_TEST_SUITE_P(
+    HardLimits, BadConfigTest,
+    ::testing::Values(BadCase{R"({"n_layers": 1000000000})", "'n_layers' must be in [1, 1024], found 1000000000"},
+                      BadCase{R"({"n_shared_experts": 1000000000})", "'n_shared_experts' must be in [0, 64]"},
+                      BadCase{R"({"vocab_size": 9223372036854775807})", "'vocab_size'"},
+                      BadCase{R"({"vocab_size": 18446744073709551615})", "'vocab_size' is out of range"},
+                      BadCase{R"({"d_model": 1048576})", "'d_model'"},
+                      BadCase{R"({"n_heads": 4096, "n_kv_heads": 4})", "'n_heads'"},
+                      BadCase{R"({"head_dim": 8192})", "'head_dim'"},
+                      BadCase{R"({"n_experts": 100000, "top_k": 2})", "'n_experts'"},
+                      BadCase{R"({"expert_hidden": 1073741824})", "'expert_hidden'"},
+                      BadCase{R"({"window": 1099511627776})", "'window'"},
+                      BadCase{R"({"max_context": 1099511627776})", "'max_context'"},
+                      BadCase{R"({"yarn": {"original_max_position": 1099511627776}})",
+                              "'yarn.original_max_position'"},
+                      // Every field within its limit, the product far beyond kMaxTotalParams.
+                      BadCase{R"({"n_layers": 1024, "n_experts": 1024, "expert_hidden": 262144, "d_model": 65536})",
+                              "parameters, above the limit"}));
+
+TEST(ConfigTest, ParameterCountsDoNotOverflow) {
+  ModelConfig c;
+  c.n_layers = int64_t{1} << 40;
+  c.expert_hidden = int64_t{1} << 30;
+  c.d_model = int64_t{1} << 20;
+  EXPECT_EQ(c.TotalParams(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(c.ActiveParams(), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(ValidateModelConfig(c).ok());
+  ModelConfig at_limits;
+  at_limits.n_layers = kMaxLayers;
+  at_limits.n_experts = kMaxExperts;
+  at_limits.top_k = 1;
+  at_limits.n_shared_experts = kMaxSharedExperts;
+  at_limits.expert_hidden = kMaxExpertHidden;
+  at_limits.d_model = kMaxDModel;
+  at_limits.vocab_size = kMaxVocabSize;
+  at_limits.n_heads = kMaxHeads;
+  at_limits.n_kv_heads = kMaxHeads;
+  at_limits.head_dim = kMaxHeadDim;
+  at_limits.rope_identity_pairs_global = 0;
+  EXPECT_GT(at_limits.TotalParams(), kMaxTotalParams);  // counted exactly: the limits cannot overflow
+  EXPECT_LT(at_limits.TotalParams(), std::numeric_limits<int64_t>::max());
+}
+
+// Defect 8: a 300k-deep value crashed the error path (recursive dump()).
+TEST(ConfigTest, DeepNestingIsRefusedBeforeParsing) {
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  for (const std::string& text : {"{\"yarn\": " + deep + "}", "{\"sink_clamp\": " + deep + "}",
+                                  "{\"tokenizer\": " + deep + "}", deep, std::string(300000, '{')}) {
+    auto c = ParseModelConfig(text);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("deeper than 64"), std::string::npos) << c.status().message().substr(0, 200);
+    EXPECT_LT(c.status().message().size(), 200u);
+  }
+  // 64 levels are fine; brackets inside strings are not counted.
+  const std::string ok64 = "{\"x\": " + std::string(63, '[') + std::string(63, ']') + ", \"name\": \"[[[[\\\"[[\"}";
+  auto c = ParseModelConfig(ok64);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "[[[[\"[[");
+}
+
+TEST(ConfigTest, ErrorsQuoteLongValuesBriefly) {
+  for (const std::string& text :
+       {"{\"d_model\": \"" + std::string(1 << 20, 'x') + "\"}",
+        "{\"yarn\": [" + std::string(1 << 20, '1') + "]}",
+        "{\"sink_clamp\": {\"" + std::string(1 << 20, 'k') + "\": 1}}",
+        "{\"tokenizer\": {\"type\": \"" + std::string(1 << 20, 't') + "\"}}",
+        "{\"name\": \"" + std::string(1 << 20, 'n') + "\"}"}) {
+    auto c = ParseModelConfig(text);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(c.status().message().size(), 250u) << c.status().message().substr(0, 300);
+  }
+  // Cut on a character boundary: "\xC3\xA9" (e-acute) repeated, at every
+  // phase.
+  for (int pad = 0; pad < 2; ++pad) {
+    std::string e_acute;
+    for (int i = 0; i < 1000; ++i) e_acute += "\xC3\xA9";
+    auto c = ParseModelConfig("{\"d_model\": [\"" + std::string(pad, 'x') + e_acute + "\"]}");
+    ASSERT_FALSE(c.ok());
+    const std::string m(c.status().message());
+    ASSERT_GE(m.size(), 4u);
+    EXPECT_EQ(m.substr(m.size() - 3), "...");
+    // Valid UTF-8: every lead byte is followed by exactly its continuations.
+    size_t i = 0;
+    while (i < m.size()) {
+      const auto b = static_cast<unsigned char>(m[i]);
+      const size_t len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+      ASSERT_NE(len, 0u) << "stray continuation byte at " << i << " in " << m;
+      ASSERT_LE(i + len, m.size()) << "character cut at " << i << " in " << m;
+      for (size_t k = 1; k < len; ++k) ASSERT_EQ(static_cast<unsigned char>(m[i + k]) & 0xC0, 0x80u) << m;
+      i += len;
+    }
+  }
+}
 
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto c = LoadModelConfig("/nonexistent/config.json");

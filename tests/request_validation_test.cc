@@ -136,11 +136,9 @@ TEST_F(RequestValidationTest, PromptPlusNewTokensWithinMaxContext) {
   ExpectInvalid(ids, {"max_context"});
 }
 
-TEST_F(RequestValidationTest, TemperatureNonNegativeAndFinite) {
-  auto neg = Valid();
-  neg.mutable_sampling()->set_temperature(-0.1f);
-  ExpectInvalid(neg, {"temperature"});
-
+// DESIGN.md and the proto: temperature <= 0 is greedy. Only NaN and
+// infinities are refused.
+TEST_F(RequestValidationTest, TemperatureFiniteAndNegativeIsGreedy) {
   auto nan = Valid();
   nan.mutable_sampling()->set_temperature(std::numeric_limits<float>::quiet_NaN());
   ExpectInvalid(nan, {"temperature"});
@@ -149,7 +147,7 @@ TEST_F(RequestValidationTest, TemperatureNonNegativeAndFinite) {
   inf.mutable_sampling()->set_temperature(std::numeric_limits<float>::infinity());
   ExpectInvalid(inf, {"temperature"});
 
-  for (float t : {0.0f, 0.7f, 2.0f}) {
+  for (float t : {-1.0f, -0.1f, 0.0f, 0.7f, 2.0f}) {
     auto ok = Valid();
     ok.mutable_sampling()->set_temperature(t);
     EXPECT_TRUE(Validate(ok).ok()) << "temperature " << t;

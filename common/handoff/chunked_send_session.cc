@@ -28,6 +28,13 @@ absl::Status ChunkedSendSession::SendLayer(int64_t layer, const at::Tensor& k, c
   return Deliver(std::move(chunks));
 }
 
+absl::Status ChunkedSendSession::SendProgress(int64_t prefilled_tokens) {
+  if (finished_) return absl::FailedPreconditionError("hand-off already committed");
+  std::vector<internal::v1::KvChunk> one(1);
+  one[0].mutable_progress()->set_prefilled_tokens(static_cast<uint64_t>(prefilled_tokens));
+  return Deliver(std::move(one));
+}
+
 absl::StatusOr<KvTransferStats> ChunkedSendSession::CommitSend(uint32_t first_token) {
   if (finished_) return absl::FailedPreconditionError("hand-off already committed");
   ASSIGN_OR_RETURN(internal::v1::KvChunk commit, encoder_.Commit(first_token));

@@ -16,6 +16,7 @@ class ChunkedSendSession : public KvSendSession {
   ChunkedSendSession(const ModelConfig& config, internal::v1::KvHeader header, int64_t max_chunk_bytes);
 
   absl::Status SendLayer(int64_t layer, const at::Tensor& k, const at::Tensor& v) final;
+  absl::Status SendProgress(int64_t prefilled_tokens) final;
   absl::StatusOr<KvTransferStats> CommitSend(uint32_t first_token) final;
 
  protected:

@@ -30,7 +30,9 @@ class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
   void OnReadDone(bool ok) override {
     if (!ok) {
       if (context_->IsCancelled()) {
-        Fail(absl::CancelledError("the prefill worker's stream broke"),
+        // The sender died or gave up: UNAVAILABLE for the request (another
+        // prefill worker may succeed), marked as the prefill side's failure.
+        Fail(MarkFailedSide(absl::UnavailableError("KV hand-off: the prefill worker's stream broke"), "prefill"),
              grpc::Status(grpc::StatusCode::CANCELLED, "hand-off stream cancelled"));
         return;
       }

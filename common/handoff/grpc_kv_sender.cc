@@ -1,5 +1,6 @@
 // The gRPC transport: one DecodeWorker.PushKv client stream per hand-off.
 #include "absl/strings/str_cat.h"
+#include "common/handoff/fault_injection.h"
 #include "common/handoff/grpc_send_session.h"
 #include "common/handoff/kv_transports.h"
 #include "common/net/grpc_status.h"
@@ -75,12 +76,17 @@ bool GrpcSendSession::WriteChunk(KvChunk& chunk, absl::Status* local_error) { re
 
 void GrpcSendSession::WriteLoop() {
   absl::Status local_error;
+  // Test-only fault injection (PDSERVE_FAULT_HANDOFF, fault_injection.h); null when off. This writer
+  // loop is shared by the gRPC transport and the NCCL transport's gRPC control stream: it applies to both.
+  std::unique_ptr<HandoffFaultPlan> fault = HandoffFaultPlan::ForNextHandoff();
+  auto write = [&](KvChunk& chunk) { return WriteChunk(chunk, &local_error); };
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
     if (cancelled_) break;
     if (queue_.empty()) {
       lock.unlock();
+      if (fault != nullptr) fault->Flush(write);
       writer_->WritesDone();
       lock.lock();
       break;
@@ -89,7 +95,7 @@ void GrpcSendSession::WriteLoop() {
     queue_.pop_front();
     lock.unlock();
     const int64_t bytes = static_cast<int64_t>(c.ByteSizeLong());
-    const bool ok = WriteChunk(c, &local_error);
+    const bool ok = fault != nullptr ? fault->Write(c, write, cancel_flag()) : write(c);
     lock.lock();
     queued_bytes_ -= bytes;
     cv_.notify_all();

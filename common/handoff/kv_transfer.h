@@ -46,7 +46,8 @@ struct KvTransferStats {
 // One incoming hand-off. The transport calls ReceiveChunk for every chunk in
 // arrival order, then exactly one of FinishReceive (the sender closed the
 // stream) or AbortReceive (it broke). The session must free everything it
-// holds on either.
+// holds on either. KvProgress chunks may come between any two chunks after
+// the header; they carry no K/V and are not in the seq order.
 class KvReceiveSession {
  public:
   virtual ~KvReceiveSession() = default;
@@ -78,6 +79,10 @@ class KvSendSession {
   // quickly; the transport moves the bytes in the background. An error when
   // the receiver already rejected the stream (its status).
   virtual absl::Status SendLayer(int64_t layer, const at::Tensor& k, const at::Tensor& v) = 0;
+  // Tells the receiver the prefill is alive (a KvProgress chunk) so that
+  // its hand-off timeout restarts. An error when the receiver already
+  // rejected the stream.
+  virtual absl::Status SendProgress(int64_t prefilled_tokens) = 0;
   // Sends the commit with the first token and waits for the acknowledgement.
   // Returns the receiver's status when it rejected the stream, Unavailable
   // when the transport broke, DeadlineExceeded past the deadline.

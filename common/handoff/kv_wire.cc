@@ -158,8 +158,11 @@ absl::Status KvChunkDecoder::AcceptHeader(const KvChunk& chunk) {
   const std::string bytes = Deterministic(h);
   if (Crc32c(bytes.data(), bytes.size()) != chunk.crc32c()) return Reject("header fails its checksum");
   if (h.model_fingerprint() != limits_.model_fingerprint) {
-    return Reject(absl::StrCat("model fingerprint ", h.model_fingerprint(), " differs from this worker's ",
-                               limits_.model_fingerprint));
+    // The sender's string is quoted briefly: it is not bounded by anything
+    // but the message size.
+    const std::string& fp = h.model_fingerprint();
+    return Reject(absl::StrCat("model fingerprint ", fp.substr(0, 80), fp.size() > 80 ? "..." : "",
+                               " differs from this worker's ", limits_.model_fingerprint));
   }
   if (h.n_layers() != config_.n_layers || h.window() != config_.window || h.n_kv_heads() != config_.n_kv_heads ||
       h.head_dim() != config_.head_dim) {

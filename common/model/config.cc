@@ -1,6 +1,7 @@
 #include "common/model/config.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -23,13 +24,18 @@ absl::Status ReadField(const json& obj, const std::string& key,
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       if (!it->is_number_integer()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "config field '", path, "' must be an integer, found ", it->dump()));
+            "config field '", path, "' must be an integer, found ", JsonExcerpt(*it)));
+      }
+      if (it->is_number_unsigned() &&
+          it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config field '", path, "' is out of range, found ", it->template get<uint64_t>()));
       }
     }
-    *out = it->get<T>();
+    *out = it->template get<T>();
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config field '", path, "' has the wrong type: found ", it->dump()));
+        "config field '", path, "' has the wrong type: found ", JsonExcerpt(*it)));
   }
   return absl::OkStatus();
 }
@@ -42,23 +48,132 @@ absl::Status RequirePositive(int64_t v, const char* field) {
   return absl::OkStatus();
 }
 
+// 1 <= v <= max, checked before anything is sized from the field.
+absl::Status RequireInRange(int64_t v, int64_t max, const char* field) {
+  if (v <= 0 || v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field '", field, "' must be in [1, ", max, "], found ", v));
+  }
+  return absl::OkStatus();
+}
+
+// Overflow-checked int64 arithmetic: once `ok` is false it stays false.
+struct Checked {
+  bool ok = true;
+  int64_t Mul(int64_t a, int64_t b) {
+    int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r)) ok = false;
+    return r;
+  }
+  int64_t Add(int64_t a, int64_t b) {
+    int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r)) ok = false;
+    return r;
+  }
+  int64_t Sub(int64_t a, int64_t b) {
+    int64_t r = 0;
+    if (__builtin_sub_overflow(a, b, &r)) ok = false;
+    return r;
+  }
+};
+
+void ExcerptInto(const json& j, std::string* out, size_t limit, int depth) {
+  if (out->size() > limit) return;
+  if (depth > 8) {  // deep values are elided, not walked
+    out->append("...");
+    return;
+  }
+  if (j.is_object()) {
+    out->push_back('{');
+    bool first = true;
+    for (auto it = j.begin(); it != j.end() && out->size() <= limit; ++it) {
+      if (!first) out->push_back(',');
+      first = false;
+      out->append(json(it.key().substr(0, limit)).dump(-1, ' ', false, json::error_handler_t::replace));
+      out->push_back(':');
+      ExcerptInto(it.value(), out, limit, depth + 1);
+    }
+    out->push_back('}');
+  } else if (j.is_array()) {
+    out->push_back('[');
+    bool first = true;
+    for (auto it = j.begin(); it != j.end() && out->size() <= limit; ++it) {
+      if (!first) out->push_back(',');
+      first = false;
+      ExcerptInto(*it, out, limit, depth + 1);
+    }
+    out->push_back(']');
+  } else if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    out->append(json(s.substr(0, limit)).dump(-1, ' ', false, json::error_handler_t::replace));
+  } else {
+    out->append(j.dump());  // a number, bool or null: short
+  }
+}
+
 }  // namespace
 
+absl::Status CheckJsonNesting(absl::string_view text, int max_depth, absl::string_view what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // skip the escaped character (\" and \\ included)
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " nests JSON deeper than ", max_depth,
+                                                       " levels (at byte ", i, ")"));
+      }
+    } else if (c == ']' || c == '}') {
+      if (depth > 0) --depth;  // unbalanced text is the parser's to reject
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string JsonExcerpt(const json& value, size_t max_chars) {
+  std::string out;
+  ExcerptInto(value, &out, max_chars, 0);
+  if (out.size() > max_chars) {
+    out.resize(max_chars);
+    // Never end inside a UTF-8 character: drop continuation bytes, then
+    // the lead byte they belonged to.
+    while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+    if (!out.empty() && static_cast<unsigned char>(out.back()) >= 0xC0) out.pop_back();
+    out.append("...");
+  }
+  return out;
+}
+
 int64_t ModelConfig::TotalParams() const {
+  Checked c;
   const int64_t D = d_model, F = expert_hidden;
-  const int64_t attn = n_heads * head_dim * D          // q_proj
-                       + 2 * n_kv_heads * head_dim * D  // kv_proj
-                       + D * n_heads * head_dim         // o_proj
-                       + n_heads;                       // sink_bias
-  const int64_t mlp = 3 * F * D;
-  const int64_t layer = 2 * D + attn + n_experts * D + (n_experts + n_shared_experts) * mlp;
-  const int64_t embed = vocab_size * D * (tie_embeddings ? 1 : 2);
-  return embed + n_layers * layer + D;
+  const int64_t hd = c.Mul(head_dim, D);
+  const int64_t attn = c.Add(c.Add(c.Mul(n_heads, hd),                       // q_proj
+                                   c.Mul(c.Mul(2, n_kv_heads), hd)),         // kv_proj
+                             c.Add(c.Mul(n_heads, hd),                       // o_proj
+                                   n_heads));                                // sink_bias
+  const int64_t mlp = c.Mul(c.Mul(3, F), D);
+  const int64_t layer = c.Add(c.Add(c.Add(c.Mul(2, D), attn), c.Mul(n_experts, D)),
+                              c.Mul(c.Add(n_experts, n_shared_experts), mlp));
+  const int64_t embed = c.Mul(c.Mul(vocab_size, D), tie_embeddings ? 1 : 2);
+  const int64_t total = c.Add(c.Add(embed, c.Mul(n_layers, layer)), D);
+  return c.ok ? total : std::numeric_limits<int64_t>::max();
 }
 
 int64_t ModelConfig::ActiveParams() const {
-  const int64_t inactive = (n_experts - top_k) * 3 * expert_hidden * d_model;
-  return TotalParams() - n_layers * inactive;
+  Checked c;
+  const int64_t inactive = c.Mul(c.Mul(c.Mul(c.Sub(n_experts, top_k), 3), expert_hidden), d_model);
+  const int64_t total = TotalParams();
+  const int64_t active = c.Sub(total, c.Mul(n_layers, inactive));
+  return c.ok && total != std::numeric_limits<int64_t>::max() ? active : std::numeric_limits<int64_t>::max();
 }
 
 std::string ModelConfig::ToJson() const {
@@ -97,18 +212,41 @@ std::string ModelConfig::ToJson() const {
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& c) {
-  RETURN_IF_ERROR(RequirePositive(c.vocab_size, "vocab_size"));
-  RETURN_IF_ERROR(RequirePositive(c.d_model, "d_model"));
-  RETURN_IF_ERROR(RequirePositive(c.n_layers, "n_layers"));
-  RETURN_IF_ERROR(RequirePositive(c.n_heads, "n_heads"));
-  RETURN_IF_ERROR(RequirePositive(c.n_kv_heads, "n_kv_heads"));
-  RETURN_IF_ERROR(RequirePositive(c.head_dim, "head_dim"));
-  RETURN_IF_ERROR(RequirePositive(c.window, "window"));
-  RETURN_IF_ERROR(RequirePositive(c.n_experts, "n_experts"));
+  // Sizes first, against the hard limits in config.h: every later check and
+  // every caller may multiply them.
+  RETURN_IF_ERROR(RequireInRange(c.vocab_size, kMaxVocabSize, "vocab_size"));
+  RETURN_IF_ERROR(RequireInRange(c.d_model, kMaxDModel, "d_model"));
+  RETURN_IF_ERROR(RequireInRange(c.n_layers, kMaxLayers, "n_layers"));
+  RETURN_IF_ERROR(RequireInRange(c.n_heads, kMaxHeads, "n_heads"));
+  RETURN_IF_ERROR(RequireInRange(c.n_kv_heads, kMaxHeads, "n_kv_heads"));
+  RETURN_IF_ERROR(RequireInRange(c.head_dim, kMaxHeadDim, "head_dim"));
+  RETURN_IF_ERROR(RequireInRange(c.window, kMaxWindow, "window"));
+  RETURN_IF_ERROR(RequireInRange(c.n_experts, kMaxExperts, "n_experts"));
   RETURN_IF_ERROR(RequirePositive(c.top_k, "top_k"));
-  RETURN_IF_ERROR(RequirePositive(c.expert_hidden, "expert_hidden"));
-  RETURN_IF_ERROR(RequirePositive(c.max_context, "max_context"));
+  RETURN_IF_ERROR(RequireInRange(c.expert_hidden, kMaxExpertHidden, "expert_hidden"));
+  RETURN_IF_ERROR(RequireInRange(c.max_context, kMaxContext, "max_context"));
   auto bad = [](const std::string& msg) { return absl::InvalidArgumentError(msg); };
+  if (c.n_shared_experts < 0 || c.n_shared_experts > kMaxSharedExperts) {
+    return bad(absl::StrCat("config field 'n_shared_experts' must be in [0, ", kMaxSharedExperts, "], found ",
+                            c.n_shared_experts));
+  }
+  if (c.yarn.original_max_position <= 0 || c.yarn.original_max_position > kMaxContext) {
+    return bad(absl::StrCat("config field 'yarn.original_max_position' must be in [1, ", kMaxContext,
+                            "], found ", c.yarn.original_max_position));
+  }
+  if (c.name.size() > kMaxConfigNameBytes) {
+    return bad(absl::StrCat("config field 'name' is ", c.name.size(), " bytes, at most ", kMaxConfigNameBytes,
+                            " are allowed"));
+  }
+  if (c.tokenizer_file.size() > 4096) {
+    return bad(absl::StrCat("config field 'tokenizer.file' is ", c.tokenizer_file.size(),
+                            " bytes, at most 4096 are allowed"));
+  }
+  if (const int64_t total = c.TotalParams(); total > kMaxTotalParams) {
+    return bad(absl::StrCat("config has ", total == std::numeric_limits<int64_t>::max() ? "more than 2^63" :
+                            absl::StrCat(total), " parameters, above the limit of ", kMaxTotalParams,
+                            " (check n_layers, n_experts, expert_hidden, d_model, vocab_size)"));
+  }
   if (c.n_heads % c.n_kv_heads != 0) {
     return bad(absl::StrCat("config field 'n_heads' (", c.n_heads,
                             ") must be a multiple of 'n_kv_heads' (", c.n_kv_heads, ")"));
@@ -121,10 +259,6 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return bad(absl::StrCat("config field 'top_k' (", c.top_k,
                             ") must be <= 'n_experts' (", c.n_experts, ")"));
   }
-  if (c.n_shared_experts < 0) {
-    return bad(absl::StrCat("config field 'n_shared_experts' must be >= 0, found ",
-                            c.n_shared_experts));
-  }
   if (c.rope_identity_pairs_global < 0 || c.rope_identity_pairs_global > c.head_dim / 2) {
     return bad(absl::StrCat("config field 'rope_identity_pairs_global' (",
                             c.rope_identity_pairs_global, ") must be in [0, head_dim/2 = ",
@@ -135,10 +269,6 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   }
   if (!(c.yarn.factor >= 1.0)) {
     return bad(absl::StrCat("config field 'yarn.factor' must be >= 1, found ", c.yarn.factor));
-  }
-  if (c.yarn.original_max_position <= 0) {
-    return bad(absl::StrCat("config field 'yarn.original_max_position' must be > 0, found ",
-                            c.yarn.original_max_position));
   }
   if (!(c.yarn.beta_fast > 0) || !(c.yarn.beta_slow > 0)) {
     return bad(absl::StrCat("config fields 'yarn.beta_fast' (", c.yarn.beta_fast,
@@ -162,6 +292,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
+  RETURN_IF_ERROR(CheckJsonNesting(json_text, kMaxJsonDepth, "model config"));
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("model config is not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("model config must be a JSON object");
@@ -190,7 +321,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   if (auto it = j.find("yarn"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config field 'yarn' must be an object, found ", it->dump()));
+          absl::StrCat("config field 'yarn' must be an object, found ", JsonExcerpt(*it)));
     }
     RETURN_IF_ERROR(ReadField(*it, "factor", "yarn.factor", &c.yarn.factor));
     RETURN_IF_ERROR(ReadField(*it, "original_max_position", "yarn.original_max_position",
@@ -210,7 +341,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   if (auto it = j.find("sink_clamp"); it != j.end() && !it->is_null()) {
     if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number() || !(*it)[1].is_number()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'sink_clamp' must be [lo, hi] numbers, found ", it->dump()));
+          "config field 'sink_clamp' must be [lo, hi] numbers, found ", JsonExcerpt(*it)));
     }
     c.sink_clamp_lo = (*it)[0].get<double>();
     c.sink_clamp_hi = (*it)[1].get<double>();
@@ -226,7 +357,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "config field 'tokenizer' must be an object like {\"type\": \"bpe\"}, found ",
-          it->dump()));
+          JsonExcerpt(*it)));
     }
     if (type == "byte" || type.empty()) {
       c.tokenizer = TokenizerType::kByte;
@@ -237,14 +368,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
       if (c.tokenizer_file.empty()) c.tokenizer_file = "tokenizer.json";
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'tokenizer.type' must be byte, char or bpe, found '", type, "'"));
+          "config field 'tokenizer.type' must be byte, char or bpe, found '", type.substr(0, 80),
+          type.size() > 80 ? "...'" : "'"));
     }
   }
 
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'eos_token_id' must be an integer or null, found ", it->dump()));
+          "config field 'eos_token_id' must be an integer or null, found ", JsonExcerpt(*it)));
     }
     c.eos_token_id = it->get<int64_t>();
   }

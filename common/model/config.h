@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace pdserve {
 
@@ -19,6 +21,29 @@ struct YarnConfig {
   double beta_fast = 32.0;
   double beta_slow = 1.0;
 };
+
+// Hard limits on the size fields, checked by ValidateModelConfig before
+// anything is sized from them (the weight list, the KV cache, ...). They are
+// far above any model this server is meant for (the 502M default uses
+// vocab 128000, d_model 768, 12 layers), yet small enough that no product
+// of them overflows int64 and no loader can be made to allocate absurd
+// amounts from a few bytes of config.json.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;      // 4,194,304 ids
+inline constexpr int64_t kMaxDModel = int64_t{1} << 16;         // 65,536
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;                      // n_heads and n_kv_heads
+inline constexpr int64_t kMaxHeadDim = 4096;
+inline constexpr int64_t kMaxWindow = int64_t{1} << 24;         // 16M positions
+inline constexpr int64_t kMaxExperts = 1024;                    // n_experts (top_k <= n_experts)
+inline constexpr int64_t kMaxSharedExperts = 64;
+inline constexpr int64_t kMaxExpertHidden = int64_t{1} << 18;   // 262,144
+inline constexpr int64_t kMaxContext = int64_t{1} << 24;        // max_context, yarn.original_max_position
+inline constexpr int64_t kMaxTotalParams = int64_t{1} << 40;    // ~1.1e12 parameters
+inline constexpr size_t kMaxConfigNameBytes = 256;
+// JSON nesting accepted from any file we load (config.json, the safetensors
+// header, tokenizer.json): deeper text is refused by a byte scan before the
+// parser sees it. Real files nest 3-5 levels.
+inline constexpr int kMaxJsonDepth = 64;
 
 struct ModelConfig {
   std::string name = "gpt-oss-lite-502m";
@@ -51,7 +76,9 @@ struct ModelConfig {
   int64_t NumWindowedLayers() const { return (n_layers + 1) / 2; }
   int64_t NumGlobalLayers() const { return n_layers / 2; }
 
-  // Exact parameter counts (embedding counted once when tied).
+  // Exact parameter counts (embedding counted once when tied). Computed with
+  // overflow checks: INT64_MAX when the count does not fit (only possible
+  // for a config that ValidateModelConfig rejects).
   int64_t TotalParams() const;
   // Parameters touched per token: top_k of n_experts routed experts.
   int64_t ActiveParams() const;
@@ -72,8 +99,20 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
 // Reads a file and parses it; NotFound when the file cannot be read.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
-// Checks the invariants the math needs. Returns InvalidArgument naming the
-// field on failure.
+// Checks the invariants the math needs and the hard limits above. Returns
+// InvalidArgument naming the field and the value on failure.
 absl::Status ValidateModelConfig(const ModelConfig& config);
+
+// Shared by the JSON loaders (config.json, safetensors header,
+// tokenizer.json).
+//
+// InvalidArgument "<what> nests JSON deeper than <max_depth> levels ..." when
+// `text`, scanned as bytes (brackets inside strings ignored), opens more than
+// `max_depth` arrays/objects at once. Cheap and allocation-free, so it runs
+// before the parser: nlohmann's parser and dump() recurse per level.
+absl::Status CheckJsonNesting(absl::string_view text, int max_depth, absl::string_view what);
+// A JSON value for an error message: at most `max_chars` characters (then
+// "..."), without serialising the whole value.
+std::string JsonExcerpt(const nlohmann::json& value, size_t max_chars = 80);
 
 }  // namespace pdserve

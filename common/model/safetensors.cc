@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/config.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -20,6 +22,19 @@ using nlohmann::json;
 
 // Large enough for any sane header (the 502M model's is ~20 KB).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+// Dimensions per tensor (the model's are 1-3).
+constexpr size_t kMaxRank = 8;
+
+// numel of `shape` into *out; false when a dimension is negative or the
+// product overflows int64.
+bool CheckedNumel(const std::vector<int64_t>& shape, int64_t* out) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return false;
+  }
+  *out = n;
+  return true;
+}
 
 StDtype ParseDtype(const std::string& s) {
   if (s == "F32") return StDtype::kF32;
@@ -49,9 +64,8 @@ size_t StDtypeSize(StDtype dtype) {
 }
 
 int64_t StTensorView::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  int64_t n = 0;
+  return CheckedNumel(shape, &n) ? n : -1;
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -96,7 +110,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     return absl::DataLossError(absl::StrCat("checkpoint '", path, "' is truncated or corrupt: header declares ",
                                             header_len, " bytes but the file has ", size, " bytes"));
   }
-  json header = json::parse(bytes + 8, bytes + 8 + header_len, nullptr, /*allow_exceptions=*/false);
+  const absl::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_len);
+  if (absl::Status s = CheckJsonNesting(header_text, kMaxJsonDepth, "the header"); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint '", path, "': ", s.message()));
+  }
+  json header = json::parse(header_text.begin(), header_text.end(), nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return absl::DataLossError(absl::StrCat("checkpoint '", path, "' has a header that is not a JSON object"));
   }
@@ -108,23 +126,34 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     const std::string& name = it.key();
     const json& e = it.value();
     auto corrupt = [&](const std::string& why) {
-      return absl::DataLossError(absl::StrCat("checkpoint '", path, "': tensor '", name, "' ", why));
+      return absl::DataLossError(absl::StrCat("checkpoint '", path, "': tensor '", name.substr(0, 80),
+                                              name.size() > 80 ? "...' " : "' ", why));
     };
     if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
         !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
         e["data_offsets"].size() != 2) {
-      return corrupt("has a malformed header entry: " + e.dump());
+      return corrupt("has a malformed header entry: " + JsonExcerpt(e));
     }
     StTensorView v;
     v.dtype_name = e["dtype"].get<std::string>();
+    if (v.dtype_name.size() > 16) v.dtype_name = v.dtype_name.substr(0, 16) + "...";
     v.dtype = ParseDtype(v.dtype_name);
+    if (e["shape"].size() > kMaxRank) {
+      return corrupt(absl::StrCat("has ", e["shape"].size(), " dimensions, at most ", kMaxRank, " are supported"));
+    }
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) return corrupt("has a non-integer or negative dimension: " + e["shape"].dump());
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return corrupt("has a non-integer, negative or huge dimension: " + JsonExcerpt(e["shape"]));
+      }
       v.shape.push_back(d.get<int64_t>());
+    }
+    int64_t numel = 0;
+    if (!CheckedNumel(v.shape, &numel)) {
+      return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose element count overflows"));
     }
     const auto& offs = e["data_offsets"];
     if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
-      return corrupt("has invalid data_offsets " + offs.dump());
+      return corrupt("has invalid data_offsets " + JsonExcerpt(offs));
     }
     const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
     if (begin > end || end > data_size) {
@@ -134,9 +163,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     v.data = data + begin;
     v.nbytes = end - begin;
     const size_t elem = StDtypeSize(v.dtype);
-    if (elem != 0 && v.nbytes != static_cast<uint64_t>(v.numel()) * elem) {
-      return corrupt(absl::StrCat("has ", v.nbytes, " bytes, expected ", v.numel() * elem, " for ",
-                                  v.dtype_name, " shape [", absl::StrJoin(v.shape, ", "), "]"));
+    uint64_t want = 0;
+    if (elem != 0 && __builtin_mul_overflow(static_cast<uint64_t>(numel), elem, &want)) {
+      return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose byte count overflows"));
+    }
+    if (elem != 0 && v.nbytes != want) {
+      return corrupt(absl::StrCat("has ", v.nbytes, " bytes, expected ", want, " for ", v.dtype_name, " shape [",
+                                  absl::StrJoin(v.shape, ", "), "]"));
     }
     f->tensors_.emplace(name, std::move(v));
   }
@@ -147,9 +180,10 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<StTenso
   json header = json::object();
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    if (t.nbytes != static_cast<size_t>(numel) * StDtypeSize(t.dtype)) {
+    int64_t numel = 0;
+    uint64_t want = 0;
+    if (!CheckedNumel(t.shape, &numel) ||
+        __builtin_mul_overflow(static_cast<uint64_t>(numel), StDtypeSize(t.dtype), &want) || t.nbytes != want) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.nbytes,
                                                      " bytes do not match its shape and dtype"));
     }

@@ -30,6 +30,8 @@ struct StTensorView {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // points into the mapping
   size_t nbytes = 0;
+  // Product of the dimensions; -1 when one is negative or it overflows int64
+  // (Open rejects such tensors, so its views never give -1).
   int64_t numel() const;
 };
 
@@ -41,8 +43,11 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  // Maps and validates the header: every offset inside the file, every byte
-  // count equal to numel * element size. Returns NotFound for a missing file
+  // Maps and validates the header: its declared length against the file's
+  // size (and 100 MiB), its JSON nesting (config.h's kMaxJsonDepth) before
+  // parsing, every offset inside the file, every rank <= 8, every element
+  // count and byte count computed with overflow checks and equal to
+  // numel * element size. Nothing is allocated from a declared size. Returns NotFound for a missing file
   // and DataLoss naming the tensor for a truncated or corrupt one.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
 

@@ -2,7 +2,33 @@
 
 #include <string>
 
+#include "absl/strings/cord.h"
+
 namespace pdserve {
+namespace {
+constexpr char kFailedSidePayload[] = "pdserve/failed-side";
+}  // namespace
+
+absl::Status MarkFailedSide(absl::Status status, const char* side) {
+  status.SetPayload(kFailedSidePayload, absl::Cord(side));
+  return status;
+}
+
+std::string FailedSide(const absl::Status& status) {
+  auto side = status.GetPayload(kFailedSidePayload);
+  return side.has_value() ? std::string(*side) : std::string();
+}
+
+void AddFailedSideMetadata(const absl::Status& status, grpc::ServerContextBase* context) {
+  const std::string side = FailedSide(status);
+  if (!side.empty()) context->AddTrailingMetadata(kFailedSideKey, side);
+}
+
+std::string FailedSide(const grpc::ClientContext& context) {
+  const auto& md = context.GetServerTrailingMetadata();
+  auto it = md.find(kFailedSideKey);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
 
 // The two enums share the canonical code numbers.
 grpc::Status ToGrpcStatus(const absl::Status& status) {

@@ -1,15 +1,29 @@
 #include "common/net/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+
+// Debian's libcpp-httplib-dev is the compiled ("split") build: httplib.h only
+// declares, libcpp-httplib.so defines. The library was built with these three
+// options (`pkg-config --cflags cpp-httplib`), and they change the layout of
+// httplib::Request, so they must be defined wherever httplib.h is included.
+// Only this file includes it.
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_ZLIB_SUPPORT
+#define CPPHTTPLIB_ZLIB_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_BROTLI_SUPPORT
+#define CPPHTTPLIB_BROTLI_SUPPORT
+#endif
+#include <httplib.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -138,88 +152,82 @@ std::string MetricsRegistry::Render() const {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                              const MetricsRegistry* registry) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("metrics socket: ", std::strerror(errno)));
-  const int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("metrics host '", host, "' is not an IPv4 address"));
+  if (host.empty()) return absl::InvalidArgumentError("metrics host is empty: name the address to bind");
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
   }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
+  auto server = std::make_unique<httplib::Server>();
+  // A few workers, not one per core: scrapes are rare and cheap, and each
+  // connection holds a worker for at most its timeouts.
+  server->new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
+  server->set_read_timeout(kIoTimeoutSeconds, 0);
+  server->set_write_timeout(kIoTimeoutSeconds, 0);
+  server->set_keep_alive_timeout(kKeepAliveTimeoutSeconds);
+  server->set_keep_alive_max_count(kKeepAliveMaxRequests);
+  server->set_payload_max_length(64 << 10);  // GET only: no request bodies
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
+  // a second process bind the same port silently and take half the scrapes.
+  server->set_socket_options([](int sock) {
+    const int one = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  });
+  server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("pdserve: metrics at /metrics\n", "text/plain; charset=utf-8");
+  });
+  server->set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (res.status != 404) return httplib::Server::HandlerResponse::Unhandled;
+        res.set_content("not found: try GET /metrics\n", "text/plain; charset=utf-8");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+
+  errno = 0;
+  const int bound = port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) {
+    const int err = errno;
+    std::string why = "cannot bind (not an address of this host?)";
+    if (err == EADDRINUSE || err == EACCES || err == EADDRNOTAVAIL) why = std::strerror(err);
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port, ": ", why));
   }
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(fd, ntohs(addr.sin_port), registry));
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(server), host, bound));
 }
 
-MetricsHttpServer::MetricsHttpServer(int fd, int port, const MetricsRegistry* registry)
-    : fd_(fd), port_(port), registry_(registry) {
-  thread_ = std::thread([this] { Loop(); });
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<httplib::Server> server, std::string host, int port)
+    : server_(std::move(server)), host_(std::move(host)), port_(port) {
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listen_returned_ = true;
+  });
+  // httplib's stop() does nothing until the accept loop runs: wait for it, so
+  // that the destructor can always stop the loop. The socket is bound and
+  // listening already, so connections made meanwhile wait in the backlog.
+  while (!server_->is_running() && !listen_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
-  stop_ = true;
+  server_->stop();  // closes the listening socket; the loop then joins its workers
   if (thread_.joinable()) thread_.join();
-  close(fd_);
 }
 
-void MetricsHttpServer::Loop() {
-  while (!stop_) {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, 200) <= 0) continue;  // wake up to notice stop_
-    const int client = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    Serve(client);
-    close(client);
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::string& host, int port,
+                                                                const MetricsRegistry* registry,
+                                                                const std::string& program) {
+  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
+  auto server = MetricsHttpServer::Start(host, port, registry);
+  if (server.ok()) {
+    // "metrics on port N" is parsed by tests/e2e/serving_e2e_test.cc.
+    std::fprintf(stderr, "%s: metrics on port %d (%s:%d)\n", program.c_str(), (*server)->port(), host.c_str(),
+                 (*server)->port());
   }
-}
-
-void MetricsHttpServer::Serve(int client) {
-  // Read the request head (bounded; a scraper sends a few hundred bytes).
-  std::string req;
-  char buf[2048];
-  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-    pollfd p{client, POLLIN, 0};
-    if (poll(&p, 1, 2000) <= 0) return;
-    const ssize_t n = recv(client, buf, sizeof(buf), 0);
-    if (n <= 0) return;
-    req.append(buf, static_cast<size_t>(n));
-  }
-  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
-  if (req.rfind("GET /metrics", 0) == 0) {
-    body = registry_->Render();
-  } else if (req.rfind("GET / ", 0) == 0) {
-    type = "text/plain; charset=utf-8";
-    body = "pdserve: metrics at /metrics\n";
-  } else {
-    status = "404 Not Found";
-    type = "text/plain; charset=utf-8";
-    body = "not found: try GET /metrics\n";
-  }
-  const std::string head = absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", type,
-                                        "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
-  const std::string all = head + body;
-  size_t off = 0;
-  while (off < all.size()) {
-    const ssize_t n = send(client, all.data() + off, all.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
+  return server;
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
                                                                 const char* program) {
-  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
-  auto server = MetricsHttpServer::Start("0.0.0.0", port, registry);
-  if (server.ok()) std::fprintf(stderr, "%s: metrics on port %d\n", program, (*server)->port());
-  return server;
+  return ServeMetrics("0.0.0.0", port, registry, program);
 }
 
 }  // namespace pdserve

@@ -1,6 +1,6 @@
 // Prometheus metrics: counters, gauges and histograms in a registry that
-// renders the text exposition format (version 0.0.4), and a small HTTP
-// server for GET /metrics. Every series name carries its unit
+// renders the text exposition format (version 0.0.4), and an HTTP server
+// (cpp-httplib) for GET /metrics. Every series name carries its unit
 // (_seconds, _bytes, _total).
 //
 // Updates are lock-free (atomics) except histograms, which take a short
@@ -18,6 +18,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace pdserve {
 
@@ -103,31 +107,48 @@ class MetricsRegistry {
   std::map<std::string, Family> families_;
 };
 
-// Serves GET /metrics (and GET / with a pointer to it) on a port, one
-// connection at a time: Prometheus scrapes every few seconds.
+// Serves GET /metrics (the registry's text format) and GET / (a pointer to
+// it) over HTTP/1.1 with cpp-httplib; any other path is 404. Connections are
+// served on a small thread pool, each read and write is bounded by a timeout
+// and keep-alive is capped, so a slow or idle client holds one worker for
+// seconds and never blocks other scrapes.
 class MetricsHttpServer {
  public:
-  // Binds `host:port` (port 0 picks one). Unavailable when it cannot bind.
+  // Per-read and per-write socket timeouts.
+  static constexpr int kIoTimeoutSeconds = 5;
+  // An idle keep-alive connection is closed after this long, and after this
+  // many requests.
+  static constexpr int kKeepAliveTimeoutSeconds = 2;
+  static constexpr int kKeepAliveMaxRequests = 8;
+  // Worker threads: concurrent connections served at once.
+  static constexpr int kWorkerThreads = 8;
+
+  // Binds `host:port` (port 0 picks one). InvalidArgument for an empty host,
+  // Unavailable when it cannot bind.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   const MetricsRegistry* registry);
-  ~MetricsHttpServer();  // stops and joins
+  ~MetricsHttpServer();  // stops and joins (open connections end within their timeouts)
   int port() const { return port_; }
+  const std::string& host() const { return host_; }
 
  private:
-  MetricsHttpServer(int fd, int port, const MetricsRegistry* registry);
-  void Loop();
-  void Serve(int client);
+  MetricsHttpServer(std::unique_ptr<httplib::Server> server, std::string host, int port);
 
-  const int fd_;
+  std::unique_ptr<httplib::Server> server_;
+  const std::string host_;
   const int port_;
-  const MetricsRegistry* registry_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> listen_returned_{false};
   std::thread thread_;
 };
 
 // For the servers' --metrics-port flag: nullptr when `port` < 0 (off);
-// otherwise serves on 0.0.0.0:port (0 picks one) and prints
-// "PROGRAM: metrics on port N". Unavailable when it cannot bind.
+// otherwise serves on host:port (port 0 picks one) and prints
+// "PROGRAM: metrics on port N (host:N)". Unavailable when it cannot bind.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::string& host, int port,
+                                                                const MetricsRegistry* registry,
+                                                                const std::string& program);
+// The same on 0.0.0.0 (every interface): the old signature, kept for callers
+// that do not name a host yet.
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
                                                                 const char* program);
 

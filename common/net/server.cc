@@ -16,6 +16,7 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
   grpc::ServerBuilder builder;
   StartedServer out;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &out.port);
+  // Both directions, explicitly (kMaxGrpcMessageBytes in server.h).
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   for (grpc::Service* s : services) builder.RegisterService(s);
@@ -26,7 +27,7 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
   return out;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+grpc::ChannelArguments DefaultChannelArguments() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
@@ -34,7 +35,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Fail fast on a dead worker instead of backing off for seconds.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), DefaultChannelArguments());
 }
 
 namespace {

@@ -1,5 +1,6 @@
 // Starting and stopping gRPC servers the same way in every binary: health
-// (grpc.health.v1) and reflection on, hand-off-sized messages, a bound port
+// (grpc.health.v1) and reflection on, message sizes bounded by
+// kMaxGrpcMessageBytes in both directions, a bound port
 // that can be 0 (the kernel picks).
 #pragma once
 
@@ -13,7 +14,13 @@
 
 namespace pdserve {
 
-// Messages up to this size are accepted: a 4 MiB KV payload plus framing.
+// The gRPC message size limit, the same in both directions and on both ends:
+// 16 MiB, a 4 MiB KV hand-off chunk plus framing with room to spare (gRPC's
+// own defaults are 4 MiB received and unlimited sent). Set explicitly on
+// every server (StartServer: SetMaxReceiveMessageSize and
+// SetMaxSendMessageSize) and on every channel (MakeChannel, or
+// DefaultChannelArguments for a channel built elsewhere). A larger message
+// fails with RESOURCE_EXHAUSTED on the side that would send or receive it.
 inline constexpr int kMaxGrpcMessageBytes = 16 << 20;
 
 struct StartedServer {
@@ -26,7 +33,13 @@ struct StartedServer {
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
                                           const std::vector<grpc::Service*>& services);
 
-// A client channel with the same message limit (and no proxy surprises).
+// The channel arguments every pdserve client uses: kMaxGrpcMessageBytes in
+// both directions, no HTTP proxy, and a short reconnect backoff (100 ms to
+// 1 s) so a dead worker fails fast. Start from these when a caller needs
+// more arguments of its own.
+grpc::ChannelArguments DefaultChannelArguments();
+
+// An insecure client channel with DefaultChannelArguments().
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Blocks the calling thread until SIGINT or SIGTERM arrives; returns the

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/config.h"  // CheckJsonNesting, JsonExcerpt, kMaxJsonDepth
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -27,7 +28,28 @@ using json = nlohmann::json;
 
 // Ids index a dense table; a hostile file with id 4e9 must not allocate 4e9
 // entries. 2^24 is 60x LLaMA-3's vocabulary.
-constexpr uint64_t kMaxTokenId = (uint64_t{1} << 24) - 1;
+// Ids are dense arrays indexed by id, so the highest id sizes allocations
+// (32 bytes per id): the same bound as a model's vocab_size (config.h).
+constexpr uint64_t kMaxTokenId = static_cast<uint64_t>(kMaxVocabSize) - 1;
+// Pre-tokenizer steps in a Sequence (LLaMA-3 has 2). Encode recurses once
+// per step, so this also bounds its stack.
+constexpr size_t kMaxPreTokenizerSteps = 64;
+
+// An exception's message for an error, cut short (nlohmann's parse errors
+// quote the last token read, which can be as long as the input).
+// A user string for an error message, cut short.
+std::string Clip(absl::string_view s) {
+  if (s.size() <= 60) return std::string(s);
+  size_t n = 57;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // whole characters only
+  return absl::StrCat(s.substr(0, n), "...");
+}
+
+std::string Cut(const char* what) {
+  std::string s(what);
+  if (s.size() > 200) s = s.substr(0, 197) + "...";
+  return s;
+}
 
 // The pre-tokenizer regex ByteLevel(use_regex=true) applies (GPT-2's).
 constexpr char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -189,12 +211,8 @@ size_t Utf8Length(unsigned char lead) {
   return 2;
 }
 
-// A JSON value for error messages, cut short.
-std::string Show(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+// A JSON value for error messages, cut short without serialising all of it.
+std::string Show(const json& j) { return JsonExcerpt(j, 60); }
 
 absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
 
@@ -308,10 +326,13 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromFile(const std::
 absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size) {
   int64_t max_vocab = 0;  // highest model.vocab id + 1
   json root;
+  // nlohmann's parser and dump() recurse once per level: refuse deep text
+  // before parsing it.
+  if (absl::Status s = CheckJsonNesting(json_text, kMaxJsonDepth, "tokenizer.json"); !s.ok()) return s;
   try {
     root = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat("tokenizer.json is not valid JSON: ", e.what()));
+    return absl::DataLossError(absl::StrCat("tokenizer.json is not valid JSON: ", Cut(e.what())));
   }
   // nlohmann throws type_error on a wrong-typed access; every access below is
   // checked, but keep a net so a missed case is an error, not an abort.
@@ -325,7 +346,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     std::string type;
     if (absl::Status s = ReadString(model, "type", "model", &type); !s.ok()) return s;
     if (!type.empty() && type != "BPE") {
-      return Bad(absl::StrCat("model.type is '", type, "'; only 'BPE' is supported"));
+      return Bad(absl::StrCat("model.type is '", Clip(type), "'; only 'BPE' is supported"));
     }
     if (auto it = model.find("dropout");
         it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0)) {
@@ -334,7 +355,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       std::string value;
       if (absl::Status s = ReadString(model, key, "model", &value); !s.ok()) return s;
-      if (!value.empty()) return Bad(absl::StrCat("model.", key, " is '", value, "'; it is not supported"));
+      if (!value.empty()) return Bad(absl::StrCat("model.", key, " is '", Clip(value), "'; it is not supported"));
     }
     bool byte_fallback = false;
     if (absl::Status s = ReadBool(model, "byte_fallback", "model", false, &byte_fallback); !s.ok()) return s;
@@ -354,7 +375,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     uint32_t max_vocab_id = 0;
     for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
       uint32_t id;
-      if (absl::Status s = ReadId(it.value(), absl::StrCat("model.vocab['", it.key(), "']"), &id); !s.ok()) return s;
+      if (absl::Status s = ReadId(it.value(), absl::StrCat("model.vocab['", Clip(it.key()), "']"), &id); !s.ok()) return s;
       text_to_id.emplace(it.key(), id);
       max_vocab_id = std::max(max_vocab_id, id);
     }
@@ -421,7 +442,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     if (absl::Status s = ReadString(model, "unk_token", "model", &unk); !s.ok()) return s;
     if (!unk.empty()) {
       auto it = text_to_id.find(unk);
-      if (it == text_to_id.end()) return Bad(absl::StrCat("model.unk_token '", unk, "' is not in model.vocab"));
+      if (it == text_to_id.end()) return Bad(absl::StrCat("model.unk_token '", Clip(unk), "' is not in model.vocab"));
       unk_id_ = it->second;
     }
 
@@ -458,7 +479,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
       for (const auto& [found, part] :
            {std::make_pair(l != text_to_id.end(), left), std::make_pair(r != text_to_id.end(), right),
             std::make_pair(n != text_to_id.end(), absl::string_view(joined))}) {
-        if (!found) return Bad(absl::StrCat(where, " (", Show(m), ") uses '", part, "', which is not in model.vocab"));
+        if (!found) return Bad(absl::StrCat(where, " (", Show(m), ") uses '", Clip(part), "', which is not in model.vocab"));
       }
       // A repeated pair keeps the later rank, as HF's HashMap collect does.
       merges_[PairKey(l->second, r->second)] = Merge{static_cast<uint32_t>(rank), n->second};
@@ -481,6 +502,11 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     if (pre_type == "Sequence") {
       auto list = pre_it->find("pretokenizers");
       if (list == pre_it->end() || !list->is_array()) return Bad("pre_tokenizer.pretokenizers must be an array");
+      // Encode runs the steps recursively (one frame per step): bound them.
+      if (list->size() > kMaxPreTokenizerSteps) {
+        return Bad(absl::StrCat("pre_tokenizer.pretokenizers has ", list->size(), " steps, at most ",
+                                kMaxPreTokenizerSteps, " are supported"));
+      }
       for (const json& p : *list) pre_steps.push_back(&p);
     } else {
       pre_steps.push_back(&*pre_it);
@@ -493,7 +519,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
       if (!p.is_object()) return Bad(absl::StrCat(where, " must be an object"));
       std::string ptype;
       if (absl::Status s = ReadString(p, "type", where, &ptype); !s.ok()) return s;
-      if (have_byte_level) return Bad(absl::StrCat(where, " (", ptype, ") after ByteLevel is not supported"));
+      if (have_byte_level) return Bad(absl::StrCat(where, " (", Clip(ptype), ") after ByteLevel is not supported"));
       Step step;
       std::string pattern;
       uint32_t options = PCRE2_UTF | PCRE2_UCP;
@@ -501,7 +527,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
         std::string behavior;
         if (absl::Status s = ReadString(p, "behavior", where, &behavior); !s.ok()) return s;
         if (behavior != "Isolated") {
-          return Bad(absl::StrCat(where, ".behavior is '", behavior, "'; only 'Isolated' is supported"));
+          return Bad(absl::StrCat(where, ".behavior is '", Clip(behavior), "'; only 'Isolated' is supported"));
         }
         bool invert = false;
         if (absl::Status s = ReadBool(p, "invert", where, false, &invert); !s.ok()) return s;
@@ -527,7 +553,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
         step.kind = Step::Kind::kByteLevel;
         have_byte_level = true;
       } else {
-        return Bad(absl::StrCat(where, ".type is '", ptype, "'; only Split and ByteLevel are supported"));
+        return Bad(absl::StrCat(where, ".type is '", Clip(ptype), "'; only Split and ByteLevel are supported"));
       }
       if (!pattern.empty()) {
         if ((options & PCRE2_LITERAL) == 0) pattern = WithOnigurumaSpaces(pattern);
@@ -556,7 +582,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
       std::string dtype;
       if (!it->is_object()) return Bad("decoder must be an object");
       if (absl::Status s = ReadString(*it, "type", "decoder", &dtype); !s.ok()) return s;
-      if (dtype != "ByteLevel") return Bad(absl::StrCat("decoder.type is '", dtype, "'; only ByteLevel is supported"));
+      if (dtype != "ByteLevel") return Bad(absl::StrCat("decoder.type is '", Clip(dtype), "'; only ByteLevel is supported"));
     }
 
     // Added tokens last: they override any model.vocab entry with their id.
@@ -579,7 +605,7 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
       added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
     }
   } catch (const json::exception& e) {
-    return Bad(absl::StrCat("tokenizer.json has an unexpected structure: ", e.what()));
+    return Bad(absl::StrCat("tokenizer.json has an unexpected structure: ", Cut(e.what())));
   }
 
   // The model must score every id of model.vocab (plain text's ids); added
@@ -655,7 +681,7 @@ absl::StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(absl::string_view tex
     if (seg.added >= 0) {
       const AddedToken& t = added_[seg.added];
       if (t.id >= vocab_size_) {
-        return absl::InvalidArgumentError(absl::StrCat("the text contains the token '", t.content, "' (id ", t.id,
+        return absl::InvalidArgumentError(absl::StrCat("the text contains the token '", Clip(t.content), "' (id ", t.id,
                                                        "), which is outside the model's vocabulary (vocab_size ",
                                                        vocab_size_, ")"));
       }

@@ -52,7 +52,9 @@ class BpeTokenizer : public Tokenizer {
   // InvalidArgument naming the field when the JSON is not a supported
   // byte-level BPE tokenizer (missing model.vocab, merges naming unknown
   // tokens, an unknown model type, a bad regex, ...) or when vocab_size is
-  // smaller than model.vocab or above 2^32.
+  // smaller than model.vocab or above 2^32. The text is refused before
+  // parsing when it nests JSON deeper than kMaxJsonDepth (64), and a
+  // pre_tokenizer Sequence may have at most 64 steps.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromJson(absl::string_view json_text, int64_t vocab_size = 0);
 
   // Reads `path` and calls FromJson. Returns NotFound naming the path when

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "common/engine/engine.h"
 #include "common/handoff/kv_wire.h"
 #include "common/model/checkpoint.h"
+#include "tests/e2e/e2e_model.h"
 #include "tests/e2e/process_util.h"
 #include "tests/e2e/serving_test_util.h"
 #include "tests/test_util.h"
@@ -27,23 +29,18 @@
 namespace pdserve {
 namespace {
 
+using ::pdserve::testing::Bin;
 using ::pdserve::testing::ChildProcess;
 using ::pdserve::testing::DecodeLoad;
+using ::pdserve::testing::E2eConfig;
 using ::pdserve::testing::Generate;
 using ::pdserve::testing::GenerateResult;
 using ::pdserve::testing::IdsRequest;
 using ::pdserve::testing::PrefillLoad;
+using ::pdserve::testing::Prompt;
 using ::pdserve::testing::WaitUntil;
 
 constexpr int64_t kChunk = 4;  // prefill chunk: a 30-token prompt takes 8 chunks
-
-std::string Bin(const std::string& rel) { return absl::StrCat(PDSERVE_BINARY_DIR, "/", rel); }
-
-std::vector<int64_t> Prompt(int64_t n, int64_t salt) {
-  std::vector<int64_t> p;
-  for (int64_t i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11 + 5) % 300);
-  return p;
-}
 
 struct Stack {
   ::pdserve::testing::TempDir dir;
@@ -85,13 +82,6 @@ struct Stack {
 };
 
 Stack* g_stack = nullptr;
-
-ModelConfig E2eConfig() {
-  ModelConfig c = ::pdserve::testing::TinyConfig();
-  c.max_context = 32768;
-  c.eos_token_id = 299;
-  return c;
-}
 
 class ServingE2eTest : public ::testing::Test {
  protected:
@@ -302,8 +292,8 @@ TEST_F(ServingE2eTest, BadInputsGetInvalidArgumentAndTheServersKeepServing) {
   }
   {
     auto r = ok;
-    r.mutable_sampling()->set_temperature(-1);
-    bad.push_back({"temperature", r, "temperature must be >= 0"});
+    r.mutable_sampling()->set_temperature(std::numeric_limits<float>::quiet_NaN());
+    bad.push_back({"temperature", r, "temperature must be a finite number"});
   }
   {
     auto r = ok;

@@ -97,7 +97,7 @@ inline std::string HttpGetMetrics(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     send(fd, req.data(), req.size(), MSG_NOSIGNAL);
     char buf[4096];
     ssize_t n;

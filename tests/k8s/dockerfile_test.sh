@@ -49,6 +49,7 @@ mapfile -t setup_pkgs < <(sed -n '/^PKGS=(/,/^)/p' scripts/setup.sh | sed -e 's/
 need=()
 for p in "${setup_pkgs[@]}"; do
   case $p in
+    libclang-rt-dev) ;;  # the fuzzers' runtime (tests/fuzz/): test-only, never built into an image
     *-dev | build-essential | cmake | ninja-build | pkg-config | protobuf-compiler | protobuf-compiler-grpc) need+=("$p") ;;
   esac
 done

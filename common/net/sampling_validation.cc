@@ -1,0 +1,20 @@
+#include "common/net/sampling_validation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+
+absl::Status ValidateSampling(const pdserve::v1::SamplingParams& s, absl::string_view field) {
+  if (!std::isfinite(s.temperature())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".temperature must be a finite number (<= 0 is greedy), got ", s.temperature()));
+  }
+  if (!(s.top_p() >= 0 && s.top_p() <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".top_p must be in [0, 1], got ", s.top_p()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,19 @@
+// The one check of pdserve.v1.SamplingParams, applied at every boundary
+// that takes them: the router's Generate, a direct Decode with a local
+// prefill, and the prefill worker's Prefill. Internal callers are not
+// trusted more than public ones.
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "pdserve/v1/generate.pb.h"
+
+namespace pdserve {
+
+// InvalidArgument naming `field` (e.g. "sampling") and the value when
+// temperature or top_p is NaN or infinite, or top_p is outside [0, 1].
+// temperature <= 0 is greedy (DESIGN.md), so negative values are valid.
+absl::Status ValidateSampling(const pdserve::v1::SamplingParams& sampling, absl::string_view field);
+
+}  // namespace pdserve
