@@ -35,6 +35,27 @@ for pair in router/pdserve-router:local_prefill_max_tokens prefill_service/pdser
   grep -q -- "--kv_dtype\|--decode_dns" "$TMP/help" || fail "$b --help lacks the shared flags"
 done
 
+echo "--- --version, --help without build-machine paths"
+for b in clients/pdserve-generate router/pdserve-router prefill_service/pdserve-prefill \
+         decode_service/pdserve-decode local/pdserve-local clients/pdserve-bench; do
+  v=$("$BUILD/$b" --version) || fail "$b --version"
+  grep -qE "^pdserve-[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown\)" <<<"$v" || fail "$b --version: $v"
+  "$BUILD/$b" --help >"$TMP/help" || fail "$b --help"
+  grep -q "Flags from [a-z_]*/" "$TMP/help" || fail "$b --help names no flag file: $(head -5 "$TMP/help")"
+  if grep -q "Flags from /" "$TMP/help"; then fail "$b --help shows a build path: $(grep 'Flags from' "$TMP/help")"; fi
+done
+
+echo "--- every flag is also PDSERVE_<FLAG>; the command line wins"
+"$BIN/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 3 --out "$TMP/envm" 2>/dev/null
+n_env=$(PDSERVE_MAX_NEW_TOKENS=3 "$BIN/pdserve-generate" --model "$TMP/envm" --prompt-ids 1,2 2>/dev/null | norm)
+[ "$(grep -o , <<<"$n_env" | wc -l)" -eq 2 ] || fail "PDSERVE_MAX_NEW_TOKENS=3 gave $n_env"
+n_cli=$(PDSERVE_MAX_NEW_TOKENS=3 "$BIN/pdserve-generate" --model "$TMP/envm" --prompt-ids 1,2 --max-new-tokens 5 2>/dev/null | norm)
+[ "$(grep -o , <<<"$n_cli" | wc -l)" -eq 4 ] || fail "the command line did not win over the environment: $n_cli"
+if PDSERVE_MAX_NEW_TOKENS=abc "$BIN/pdserve-generate" --model "$TMP/envm" --prompt-ids 1 2>"$TMP/err"; then
+  fail "accepted PDSERVE_MAX_NEW_TOKENS=abc"
+fi
+grep -q "PDSERVE_MAX_NEW_TOKENS='abc'" "$TMP/err" || fail "unclear error: $(cat "$TMP/err")"
+
 echo "--- a missing model directory is one clear line"
 if "$BIN/pdserve-generate" --model "$TMP/nope" --prompt-ids 1,2 2>"$TMP/err"; then fail "loaded a missing model"; fi
 grep -q "does not exist" "$TMP/err" || fail "unexpected error: $(cat "$TMP/err")"
