@@ -4,6 +4,17 @@
 
 namespace pdserve {
 
+AdmissionQueue::AdmissionQueue(AdmissionQueueOptions options)
+    : options_(options), timer_([this] { TimerLoop(); }) {}
+
+AdmissionQueue::~AdmissionQueue() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  timer_.join();
+}
+
 absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Enter(const std::string& client) {
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(waiting_.size()) >= options_.max_waiting) {
@@ -25,33 +36,26 @@ absl::StatusOr<AdmissionQueue::Ticket> AdmissionQueue::Enter(const std::string& 
   return t;
 }
 
-absl::Status AdmissionQueue::Acquire(const Ticket& ticket, absl::Time deadline, const std::function<bool()>& gone) {
-  absl::MutexLock lock(&mu_);
-  while (true) {
-    if (gone()) return absl::CancelledError("cancelled by the client while queued");
-    const absl::Time now = absl::Now();
-    if (now >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("the deadline passed while the request waited in the router's "
-                                                      "queue (", waiting_.size(), " waiting, ", active_,
-                                                      " in flight)"));
-    }
-    const bool first = !waiting_.empty() && *waiting_.begin() == ticket.order;
-    if (first && active_ < options_.max_active && now >= backoff_until_) {
-      waiting_.erase(ticket.order);
-      ++active_;
-      return absl::OkStatus();
-    }
-    // Sleep until something changes, the backoff ends, or the deadline.
-    absl::Time until = deadline;
-    if (first && active_ < options_.max_active) until = std::min(until, backoff_until_);
-    const uint64_t epoch = epoch_;
-    const int active = active_;
-    const uint64_t head = waiting_.empty() ? 0 : *waiting_.begin();
-    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return epoch_ != epoch || active_ != active || (waiting_.empty() ? 0 : *waiting_.begin()) != head;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&changed), until);
+void AdmissionQueue::Wait(const Ticket& ticket, absl::Time deadline, OnTurn on_turn) {
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_.insert(ticket.order);  // already there unless Leave ran
+    waiters_[ticket.order] = Waiter{deadline, std::move(on_turn)};
+    if (deadline != absl::InfiniteFuture()) deadlines_.insert({deadline, ticket.order});
+    ++timer_epoch_;
   }
+  Pump();
+}
+
+void AdmissionQueue::Cancel(const Ticket& ticket) {
+  Ready ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!waiters_.contains(ticket.order)) return;
+    EndWaitLocked(ticket.order, absl::CancelledError("cancelled by the client while queued"), &ready);
+  }
+  for (auto& [f, st] : ready) f(std::move(st));
+  Pump();  // the head may have changed
 }
 
 void AdmissionQueue::Requeue(const Ticket& ticket) {
@@ -59,25 +63,103 @@ void AdmissionQueue::Requeue(const Ticket& ticket) {
   --active_;
   waiting_.insert(ticket.order);
   backoff_until_ = absl::Now() + options_.capacity_backoff;
+  ++timer_epoch_;
 }
 
 void AdmissionQueue::Release() {
-  absl::MutexLock lock(&mu_);
-  --active_;
-  backoff_until_ = absl::InfinitePast();  // a request finished: room, maybe
+  {
+    absl::MutexLock lock(&mu_);
+    --active_;
+    backoff_until_ = absl::InfinitePast();  // a request finished: room, maybe
+  }
+  Pump();
 }
 
 void AdmissionQueue::Leave(const Ticket& ticket) {
-  absl::MutexLock lock(&mu_);
-  waiting_.erase(ticket.order);
-  auto it = per_client_.find(ticket.client);
-  if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
-  ++epoch_;
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_.erase(ticket.order);
+    auto w = waiters_.find(ticket.order);
+    if (w != waiters_.end()) {
+      deadlines_.erase({w->second.deadline, ticket.order});
+      waiters_.erase(w);
+    }
+    auto it = per_client_.find(ticket.client);
+    if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+  }
+  Pump();
 }
 
-void AdmissionQueue::Wake() {
-  absl::MutexLock lock(&mu_);
-  ++epoch_;
+void AdmissionQueue::Pump() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (pumping_) {
+      repump_ = true;
+      return;
+    }
+    pumping_ = true;
+  }
+  Ready ready;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      repump_ = false;
+      CollectLocked(&ready);
+      if (ready.empty()) {
+        pumping_ = false;
+        return;
+      }
+    }
+    for (auto& [f, st] : ready) f(std::move(st));
+    ready.clear();
+  }
+}
+
+void AdmissionQueue::EndWaitLocked(uint64_t order, absl::Status why, Ready* ready) {
+  auto w = waiters_.find(order);
+  deadlines_.erase({w->second.deadline, order});
+  ready->emplace_back(std::move(w->second.on_turn), std::move(why));
+  waiters_.erase(w);
+  waiting_.erase(order);
+}
+
+void AdmissionQueue::CollectLocked(Ready* ready) {
+  const absl::Time now = absl::Now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    EndWaitLocked(deadlines_.begin()->second,
+                  absl::DeadlineExceededError(absl::StrCat("the deadline passed while the request waited in the "
+                                                           "router's queue (", waiting_.size(), " waiting, ",
+                                                           active_, " in flight)")),
+                  ready);
+  }
+  while (!waiting_.empty() && active_ < options_.max_active && now >= backoff_until_) {
+    const uint64_t head = *waiting_.begin();
+    if (!waiters_.contains(head)) break;  // its owner has not called Wait yet
+    ++active_;
+    EndWaitLocked(head, absl::OkStatus(), ready);
+  }
+}
+
+absl::Time AdmissionQueue::NextWakeLocked() const {
+  absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+  if (!waiting_.empty() && active_ < options_.max_active && backoff_until_ > absl::Now()) {
+    next = std::min(next, backoff_until_);
+  }
+  return next;
+}
+
+void AdmissionQueue::TimerLoop() {
+  mu_.Lock();
+  while (!stopping_) {
+    const uint64_t epoch = timer_epoch_;
+    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || timer_epoch_ != epoch; };
+    const absl::Time next = NextWakeLocked();
+    if (mu_.AwaitWithDeadline(absl::Condition(&changed), next)) continue;  // re-plan
+    mu_.Unlock();
+    Pump();
+    mu_.Lock();
+  }
+  mu_.Unlock();
 }
 
 int AdmissionQueue::waiting() const {

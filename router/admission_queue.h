@@ -1,26 +1,32 @@
 // AdmissionQueue: the router's bounded, arrival-ordered queue in front of
-// placement. A burst is queued and served, not refused:
+// placement. A burst is queued and served, not refused. Nothing blocks:
 //   Enter    takes a place (a ticket, in arrival order), or
 //            ResourceExhausted naming the bound that is full: waiting
 //            requests (max_waiting), or this client's share
 //            (max_per_client, by peer address);
-//   Acquire  waits until the ticket is the oldest waiting one and one of
-//            max_active slots is free (and, after a capacity miss, until
-//            some request finishes or a short backoff passes); honours the
-//            deadline and the client going away;
+//   Wait     calls `on_turn` once: OK when the ticket is the oldest waiting
+//            one and one of max_active slots is free (after a capacity miss,
+//            once some request finishes or a short backoff passes);
+//            DeadlineExceeded past the deadline; Cancelled after Cancel;
+//   Cancel   ends a ticket's wait (the client went away); a no-op when the
+//            ticket is not waiting;
 //   Requeue  gives the slot back after every worker said "full"
-//            (RESOURCE_EXHAUSTED): the ticket waits again with its place;
+//            (RESOURCE_EXHAUSTED): the ticket keeps its place; Wait again;
 //   Release  gives the slot back when the request is over;
 //   Leave    drops the ticket's place and its client's share (always last).
-// Thread-safe. Blocking: call from the request's executor, never from a
-// gRPC callback.
+// Thread-safe. `on_turn` runs on the thread whose call made the turn come
+// (Wait, Release, Leave, Cancel) or on the queue's one timer thread
+// (deadlines, backoff), never under the queue's lock, and never nested in
+// another `on_turn`: it must not block, and may call the queue again.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -48,31 +54,54 @@ class AdmissionQueue {
     uint64_t order = 0;
     std::string client;
   };
+  using OnTurn = std::function<void(absl::Status)>;
 
-  explicit AdmissionQueue(AdmissionQueueOptions options) : options_(options) {}
+  explicit AdmissionQueue(AdmissionQueueOptions options);
+  // Waits still pending are dropped without a call: end every request first.
+  ~AdmissionQueue();
+  AdmissionQueue(const AdmissionQueue&) = delete;
+  AdmissionQueue& operator=(const AdmissionQueue&) = delete;
 
   absl::StatusOr<Ticket> Enter(const std::string& client);
-  // OK once the ticket holds an active slot; DeadlineExceeded past
-  // `deadline`, Cancelled once `gone()` is true (call Wake after it turns).
-  absl::Status Acquire(const Ticket& ticket, absl::Time deadline, const std::function<bool()>& gone);
+  void Wait(const Ticket& ticket, absl::Time deadline, OnTurn on_turn);
+  void Cancel(const Ticket& ticket);
   void Requeue(const Ticket& ticket);
   void Release();
   void Leave(const Ticket& ticket);
-  // Re-evaluates waiters (after a `gone` flag changed).
-  void Wake();
 
   int waiting() const;
   int active() const;
 
  private:
+  struct Waiter {
+    absl::Time deadline;
+    OnTurn on_turn;
+  };
+  using Ready = std::vector<std::pair<OnTurn, absl::Status>>;
+
+  // Hands out turns that are due and runs their callbacks, outside mu_. One
+  // thread pumps at a time; a call meanwhile makes it look again.
+  void Pump();
+  void CollectLocked(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndWaitLocked(uint64_t order, absl::Status why, Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next time a deadline or the backoff ends (InfiniteFuture: none).
+  absl::Time NextWakeLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void TimerLoop();
+
   const AdmissionQueueOptions options_;
   mutable absl::Mutex mu_;
   uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
-  std::set<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> waiting_ ABSL_GUARDED_BY(mu_);               // places, in arrival order
+  absl::flat_hash_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);  // places with a Wait
+  std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
   int active_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, int> per_client_ ABSL_GUARDED_BY(mu_);
   absl::Time backoff_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Wake to re-check `gone`
+  bool pumping_ ABSL_GUARDED_BY(mu_) = false;
+  bool repump_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t timer_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when the next wake may be earlier
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_;
 };
 
 // "ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7": the client part of a gRPC peer.

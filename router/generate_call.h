@@ -1,0 +1,117 @@
+// RouterService::GenerateCall: one Generate call, as a chain of callbacks
+// with no thread of its own (the style of gRPC's callback examples).
+//
+//   Start        waits in the admission queue (AdmissionQueue::Wait);
+//   OnTurn       holds a slot: runs placement attempts, one at a time
+//                (PlacementAttempt: reserve on a decode worker, prefill, relay);
+//   OnAttemptOver decides after each: done, retry on another worker pair
+//                (the attempt says which worker to avoid), or every worker
+//                was full: back to the queue with its place (Requeue);
+//   Finish       closes the stream, logs, counts, leaves the queue.
+// The relay (incremental detokenization, stop strings, usage on the last
+// message) is RelayMessage, called by the attempt for each decode message.
+// A client that goes away (cancel, deadline, broken stream) cancels the
+// queue wait or the running attempt's worker calls (OnStreamGone).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/net/queued_writer.h"
+#include "common/tokenizer/incremental_detokenizer.h"
+#include "common/tokenizer/stop_matcher.h"
+#include "pdserve/internal/v1/worker.pb.h"
+#include "pdserve/v1/generate.pb.h"
+#include "router/router_service.h"
+
+namespace pdserve {
+
+// How one placement attempt ended.
+struct AttemptOutcome {
+  grpc::Status status;
+  // Another worker pair may succeed (the attempt already recorded which
+  // worker to avoid).
+  bool retry = false;
+  // No worker was left to try: the status is the router's, not a worker's.
+  bool synthetic = false;
+};
+
+class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::GenerateResponse> {
+ public:
+  GenerateCall(RouterService* service, grpc::CallbackServerContext* context, pdserve::v1::GenerateRequest request,
+               std::vector<uint32_t> prompt, std::string internal_id);
+
+  // Takes the admission ticket and starts waiting for a turn.
+  void Start(AdmissionQueue::Ticket ticket);
+
+  // --- for PlacementAttempt ---
+  RouterService* service() const { return service_; }
+  const std::vector<uint32_t>& prompt() const { return prompt_; }
+  const pdserve::v1::GenerateRequest& request() const { return request_; }
+  pdserve::v1::Usage* usage() { return &usage_; }
+  std::vector<std::string>* tried_decode() { return &tried_decode_; }
+  std::vector<std::string>* tried_prefill() { return &tried_prefill_; }
+  int64_t streamed() const { return streamed_; }
+  void SetDeadline(grpc::ClientContext* ctx) const;
+  // Registers the attempt the client's going away must cancel; false when
+  // the client is already gone. Untrack before the attempt ends.
+  bool Track(PlacementAttempt* attempt);
+  void Untrack();
+  bool Gone();
+  // DEADLINE_EXCEEDED when the request's deadline passed (the last 100 ms
+  // count: gRPC's timer may fire early), else CANCELLED.
+  grpc::Status GoneStatus() const;
+  // Relays one decode message to the client. Returns its finish reason
+  // (UNSPECIFIED while the request goes on); *stopped when a stop string
+  // ended it (the decode worker must then be cancelled).
+  pdserve::v1::FinishReason RelayMessage(const internal::v1::DecodeResponse& msg, bool* stopped);
+  // Called once per attempt, after its last worker callback.
+  void OnAttemptOver(AttemptOutcome outcome);
+
+ private:
+  std::shared_ptr<GenerateCall> Self();
+  void OnStreamGone() override;
+  void WaitTurn();
+  void OnTurn(absl::Status turn);
+  void NextAttempt();
+  // The placement loop is over: finish, or wait again when every worker
+  // was full (`full`).
+  void EndPlacement(grpc::Status status, bool full);
+  void Finish(const grpc::Status& status);
+  void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
+  void Record(const grpc::Status& st) const;
+  void Log(const grpc::Status& st) const;
+
+  RouterService* const service_;
+  const std::chrono::system_clock::time_point deadline_;
+  const pdserve::v1::GenerateRequest request_;
+  const std::vector<uint32_t> prompt_;
+  const std::string internal_id_;
+  IncrementalDetokenizer detok_;
+  StopMatcher stops_;
+  const int64_t start_ns_;
+  // The chain's state: touched by one callback at a time (each step starts
+  // the next), so unguarded.
+  AdmissionQueue::Ticket ticket_;
+  int64_t ttft_ns_ = 0;
+  int64_t generated_ = 0;
+  int64_t streamed_ = 0;
+  pdserve::v1::Usage usage_;
+  grpc::Status last_full_;  // why the last placement found no room
+  std::vector<std::string> tried_decode_, tried_prefill_;
+  int attempts_ = 0;
+  grpc::Status best_;
+  int best_rank_ = -1;
+
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool gone_ ABSL_GUARDED_BY(mu_) = false;
+  PlacementAttempt* attempt_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace pdserve

@@ -1,0 +1,49 @@
+// Which worker failures the router retries, and which attempt's status a
+// client gets when every attempt failed.
+#pragma once
+
+#include <string>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve {
+
+// Codes after which another worker may succeed.
+inline bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+// Codes of a failed KV hand-off (the prefill worker marks them as the
+// decode side's) after which another decode worker may succeed: the worker
+// restarted and forgot the request (NOT_FOUND), refused or broke the stream.
+inline bool RetryableOnAnotherDecode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::OK:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// How much an attempt's status tells the client, for the final answer when
+// every attempt failed: a worker that was full (capacity) says the most, a
+// worker's own error next, the router's "no other worker to try" least.
+inline int Informativeness(const grpc::Status& st, bool synthetic) {
+  if (synthetic) return 0;
+  if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return 3;
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return 1;
+  return 2;
+}
+
+// "decode worker 10.0.0.7:50052: <message>".
+inline grpc::Status Annotate(const grpc::Status& st, const char* what, const std::string& address) {
+  return grpc::Status(st.error_code(), absl::StrCat(what, " ", address, ": ", st.error_message()));
+}
+
+}  // namespace pdserve
