@@ -46,6 +46,12 @@ for t in "${skipped[@]}"; do
   echo "  $t ($([ $allowed = yes ] && echo allowed || echo 'NOT on the allow-list'))"
   [ $allowed = yes ] || unexpected=$((unexpected + 1))
 done
+if [ "${#skipped[@]}" -gt 0 ]; then
+  # Why: gtest's "file:line: Skipped" and the message after it, scripts' "SKIP: ...".
+  echo "Reasons given:"
+  grep -h -A1 -E ': Skipped$|^SKIP: ' Testing/Temporary/LastTest.log 2>/dev/null | grep -v -E '^--$|: Skipped$' |
+    sort -u | head -n 40 | sed 's/^/  /' || true
+fi
 if [ "$unexpected" -gt 0 ]; then
   echo "FAIL: $unexpected test(s) skipped that are not on ALLOWED_SKIPS in scripts/test.sh" >&2
   [ "$rc" -ne 0 ] || rc=1
