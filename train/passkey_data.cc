@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "clients/passkey.h"
+#include "common/passkey/passkey.h"
 #include "common/engine/sampler.h"
 
 namespace pdserve {
