@@ -5,7 +5,8 @@
 # same default in --help and come from the same file. Only the per-process
 # flags below may differ (pdserve-local serves on loopback, in one process);
 # --model is the router's own (it reads config.json only, without LibTorch)
-# but must default alike.
+# but must default alike. Then one validation: a bad component value gets
+# the same one-line error, naming the flag and the value, from both.
 # Usage: flag_defaults_test.sh BUILD_DIR
 set -euo pipefail
 BUILD=$1
@@ -59,3 +60,19 @@ for f in failures:
 print(f"{'PASS' if not failures else 'FAIL'}: {len(shared)} shared flags, {len(failures)} problems")
 sys.exit(1 if failures else 0)
 PY
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+for pair in decode_service/pdserve-decode:--max-batch=0 decode_service/pdserve-decode:--local-prefill-limit=-1 \
+            router/pdserve-router:--max-attempts=0 router/pdserve-router:--max-inflight=0 \
+            prefill_service/pdserve-prefill:--executors=0 prefill_service/pdserve-prefill:--handoff-heartbeat-ms=0; do
+  b=${pair%%:*} flag=${pair#*:}
+  rc=0; standalone=$("$BUILD/$b" "$flag" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 2 ] || fail "$b $flag exited $rc: $standalone"
+  grep -qF -- "error: $flag: " <<<"$standalone" || fail "$b $flag: the error does not name $flag: $standalone"
+  rc=0; local_err=$("$BUILD/local/pdserve-local" "$flag" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 2 ] || fail "pdserve-local $flag exited $rc: $local_err"
+  [ "${standalone#*error: }" = "${local_err#*error: }" ] ||
+    fail "$flag: ${b##*/} says '$standalone', pdserve-local '$local_err'"
+  echo "ok: $flag rejected alike by ${b##*/} and pdserve-local"
+done
+echo PASS
