@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");

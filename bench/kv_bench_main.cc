@@ -12,7 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/config.h"

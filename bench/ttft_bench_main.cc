@@ -22,7 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"

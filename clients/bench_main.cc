@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "clients/usage_json.h"
 #include "clients/load_gen.h"
 #include "common/net/grpc_status.h"

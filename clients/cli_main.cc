@@ -17,7 +17,7 @@
 #include "common/net/server.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "clients/usage_json.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"

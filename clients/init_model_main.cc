@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/model/checkpoint.h"
 #include "common/model/config.h"
 

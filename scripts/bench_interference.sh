@@ -37,7 +37,7 @@ start() {  # MODE
   [ "$mode" = "disagg+local" ] && lp=$((SHORT_IN * 2))
   case $mode in
     colocated)
-      bench_spawn $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 \
+      bench_spawn $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 --log-requests=false \
         >"$OUT/server.log" 2>&1
       bench_await "$OUT/server.log" "router on" ;;
     disagg|disagg+local)
