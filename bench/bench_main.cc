@@ -31,7 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "clients/cli_util.h"
 #include "clients/usage_json.h"
-#include "clients/load_gen.h"
+#include "bench/load_gen.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"
