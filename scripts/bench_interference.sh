@@ -57,7 +57,7 @@ start() {  # MODE
 
 bench() {  # NAME ARGS...
   local name=$1; shift
-  $B/clients/pdserve-bench --router 127.0.0.1:$PORT_R --json-out "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>/dev/null
+  $B/bench/pdserve-bench --router 127.0.0.1:$PORT_R --json-out "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>/dev/null
 }
 
 for mode in $MODES; do

@@ -37,7 +37,7 @@ done
 
 echo "--- --version, --help without build-machine paths"
 for b in clients/pdserve-generate router/pdserve-router prefill_service/pdserve-prefill \
-         decode_service/pdserve-decode local/pdserve-local clients/pdserve-bench; do
+         decode_service/pdserve-decode local/pdserve-local bench/pdserve-bench; do
   v=$("$BUILD/$b" --version) || fail "$b --version"
   grep -qE "^pdserve-[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown\)" <<<"$v" || fail "$b --version: $v"
   "$BUILD/$b" --help >"$TMP/help" || fail "$b --help"
