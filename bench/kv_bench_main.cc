@@ -15,6 +15,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/kv/mixed_kv_cache.h"
+#include "common/model/cache_layout.h"
 #include "common/model/config.h"
 #include "nlohmann/json.hpp"
 
@@ -42,7 +43,7 @@ Measured Fill(const pdserve::ModelConfig& config, const pdserve::KvCacheOptions&
   const at::Tensor zeros = at::zeros({std::min(chunk, T), config.n_kv_heads, config.head_dim}, st);
   Measured m;
   {
-    pdserve::MixedKVCache cache(config, opts);
+    pdserve::MixedKVCache cache(pdserve::CacheLayout(config), opts);
     for (int64_t l = 0; l < config.n_layers; ++l) {
       for (int64_t done = 0; done < T;) {
         const int64_t n = std::min(chunk, T - done);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/cache_layout.h"
 #include "common/net/grpc_status.h"
 #include "common/util/status_macros.h"
 
@@ -192,7 +193,7 @@ void BatchScheduler::Shutdown() {
 }
 
 int64_t BatchScheduler::ReservationBytes(int64_t prompt_len, int64_t max_new_tokens) const {
-  return MixedKVCache::BytesFor(engine_->config(), engine_->options().kv.dtype, prompt_len + max_new_tokens);
+  return MixedKVCache::BytesFor(CacheLayout(engine_->config()), engine_->options().kv.dtype, prompt_len + max_new_tokens);
 }
 
 absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
@@ -340,7 +341,7 @@ void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffS
   }
   auto seq = engine_->NewSequence();
   const int64_t reserve = e->request.prompt_len + e->request.max_new_tokens;
-  auto cache = MixedKVCache::Import(engine_->config(), state, engine_->options().kv, reserve);
+  auto cache = MixedKVCache::Import(CacheLayout(engine_->config()), state, engine_->options().kv, reserve);
   if (!cache.ok()) {
     FailRequest(e, cache.status());
     return;

@@ -1,4 +1,5 @@
 #include "common/engine/engine.h"
+#include "common/model/cache_layout.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -139,11 +140,10 @@ TEST_F(EngineTest, ExportImportThenDecodeEqualsDecodingInPlace) {
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(state->k[0].size(0), 8);   // windowed: last W rows
     EXPECT_EQ(state->k[1].size(0), 20);  // global: every row
-    auto imported = MixedKVCache::Import(engine->config(), *state, o.kv);
+    auto imported = MixedKVCache::Import(CacheLayout(engine->config()), *state, o.kv);
     ASSERT_TRUE(imported.ok()) << imported.status();
     Sequence b(std::move(*imported));
     b.pos = state->prompt_len;
-    b.sinks = engine->model().ClampedSinks();
     EXPECT_EQ(DecodeGreedy(*engine, a.get(), *logits, 40), DecodeGreedy(*engine, &b, *logits, 40));
   }
 }

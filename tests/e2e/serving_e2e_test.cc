@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_wire.h"
+#include "common/model/cache_layout.h"
 #include "common/model/checkpoint.h"
 #include "tests/e2e/e2e_model.h"
 #include "tests/e2e/process_util.h"
@@ -510,9 +511,9 @@ TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
   const int64_t free = DecodeLoad(first).kv_bytes_free();
   const ModelConfig c = E2eConfig();
   int64_t t = 8;
-  while (MixedKVCache::BytesFor(c, KvDtype::kF32, t + 1) <= free) ++t;
+  while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
   HandoffAttack filler(first, "filler", t - 5);  // reserves (t - 5) + 5 tokens: all but < 2 rows of the budget
-  ASSERT_LT(DecodeLoad(first).kv_bytes_free(), static_cast<uint64_t>(MixedKVCache::BytesFor(c, KvDtype::kF32, 40)));
+  ASSERT_LT(DecodeLoad(first).kv_bytes_free(), static_cast<uint64_t>(MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, 40)));
 
   auto req = IdsRequest(Prompt(20, 5), 20);
   req.mutable_sampling()->set_ignore_eos(true);
