@@ -30,7 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/cli/cli_util.h"
-#include "clients/usage_json.h"
+#include "common/cli/usage_json.h"
 #include "bench/load_gen.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"

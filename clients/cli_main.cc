@@ -18,7 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli/cli_util.h"
-#include "clients/usage_json.h"
+#include "common/cli/usage_json.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"

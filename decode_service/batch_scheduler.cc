@@ -210,7 +210,7 @@ absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request,
       return absl::InvalidArgumentError(absl::StrCat("local prefill of ", request.prompt_len,
                                                      " tokens is above this decode worker's limit of ",
                                                      options_.local_prefill_max_tokens,
-                                                     " (--local-prefill-max-tokens): send it through a prefill "
+                                                     " (--local-prefill-limit): send it through a prefill "
                                                      "worker"));
     }
     if (static_cast<int64_t>(request.local_prompt.size()) != request.prompt_len) {
