@@ -456,8 +456,10 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
       absl::MutexLock lock(&mu);
       first_ctx = ctx;
     });
+    absl::MutexLock lock(&mu);
+    first_ctx = nullptr;  // the context ends with the call
   });
-  ASSERT_TRUE(WaitFor([&] { return decode_[0]->script.calls() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.calls() == 1; }));
   std::thread b([&] { second = Generate(); });
   // b waits in the queue (one place): a third request is refused.
   absl::SleepFor(absl::Milliseconds(200));
@@ -466,7 +468,8 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
   EXPECT_EQ(decode_[0]->script.calls(), 1);  // b has not been placed
   {
     absl::MutexLock lock(&mu);
-    first_ctx->TryCancel();
+    EXPECT_NE(first_ctx, nullptr) << "the first call ended before the cancel";
+    if (first_ctx != nullptr) first_ctx->TryCancel();
   }
   a.join();
   b.join();
@@ -488,11 +491,18 @@ TEST_F(RouterServiceTest, ClientCancelReachesTheDecodeWorker) {
       absl::MutexLock lock(&mu);
       ctx = c;
     });
+    absl::MutexLock lock(&mu);
+    ctx = nullptr;  // the context ends with the call
   });
-  ASSERT_TRUE(WaitFor([&] { return prefill_[0]->script.calls() == 1; }));
+  // Both the call's context and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return ctx != nullptr && prefill_[0]->script.calls() == 1;
+  }));
   {
     absl::MutexLock lock(&mu);
-    ctx->TryCancel();
+    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
+    if (ctx != nullptr) ctx->TryCancel();
   }
   t.join();
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
@@ -512,11 +522,18 @@ TEST_F(RouterServiceTest, ClientCancelReachesThePrefillWorker) {
       absl::MutexLock lock(&mu);
       ctx = c;
     });
+    absl::MutexLock lock(&mu);
+    ctx = nullptr;  // the context ends with the call
   });
-  ASSERT_TRUE(WaitFor([&] { return prefill_[0]->script.calls() == 1; }));
+  // Both the call's context and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return ctx != nullptr && prefill_[0]->script.calls() == 1;
+  }));
   {
     absl::MutexLock lock(&mu);
-    ctx->TryCancel();
+    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
+    if (ctx != nullptr) ctx->TryCancel();
   }
   t.join();
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
