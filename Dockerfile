@@ -32,8 +32,8 @@ RUN apt-get update -qq \
       libtorch-dev \
       libopenblas0-openmp \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev \
-      nlohmann-json3-dev libspdlog-dev libpcre2-dev libcpp-httplib-dev \
+      libabsl-dev libgtest-dev \
+      nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev \
  && rm -rf /var/lib/apt/lists/*
 
 FROM build-deps AS build

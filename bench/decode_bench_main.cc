@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
@@ -259,365 +259,461 @@ double ProbeMatVec(const std::vector<at::Tensor>& pool, MatVec how) {
   return MsSince(t0) / static_cast<double>(calls);
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep partial output if the run is interrupted
-  pdserve::InitCli(argc, argv,
-                   "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"
-                   "resident memory, BLAS/threads, and the ratio to a memory-bandwidth floor.\n"
-                   "Usage: pdserve-decode-bench (--model DIR | --config CONFIG.json [--seed S])\n"
-                   "       [--weights-dtype f32|bf16] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
-                   "       [--new-tokens 64,256,512,1024] [--no-cache-max 256] [--csv-out FILE] [--threads N]");
-  const std::string model_dir = absl::GetFlag(FLAGS_model), config_path = absl::GetFlag(FLAGS_config);
-  if (model_dir.empty() == config_path.empty()) pdserve::Die("give exactly one of --model DIR or --config FILE", 2);
-  const std::string wd = absl::GetFlag(FLAGS_weights_dtype), kd = absl::GetFlag(FLAGS_kv_dtype);
-  auto weights_dtype = pdserve::ParseWeightsDtype(wd);
+// ---- Options: the flags, checked (bad values exit 2).
+
+struct Options {
+  std::string model_dir, config_path;
+  uint64_t seed = 0;
+  std::string wd, kd;  // --weights-dtype and --kv-dtype as given
+  pdserve::EngineOptions eo;
+  int64_t prompt_len = 0, no_cache_max = 0, parity_tokens = 0, profile_steps = 0;
+  std::vector<int64_t> counts;  // --new-tokens, sorted
+  int64_t max_new = 0;          // the largest count: the cached run's length
+  std::string csv;
+  double bw_gib = 0, bw_gbs = 0;
+  int bw_reps = 0;
+  bool show_config = false;
+};
+
+Options ParseOptions() {
+  Options o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.config_path = absl::GetFlag(FLAGS_config);
+  if (o.model_dir.empty() == o.config_path.empty()) pdserve::Die("give exactly one of --model DIR or --config FILE", 2);
+  o.wd = absl::GetFlag(FLAGS_weights_dtype);
+  o.kd = absl::GetFlag(FLAGS_kv_dtype);
+  auto weights_dtype = pdserve::ParseWeightsDtype(o.wd);
   if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
-  auto kv_dtype = pdserve::ParseKvDtype(kd);
+  auto kv_dtype = pdserve::ParseKvDtype(o.kd);
   if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
-  const int64_t prompt_len = absl::GetFlag(FLAGS_prompt_len);
-  const int64_t no_cache_max = absl::GetFlag(FLAGS_no_cache_max);
-  const int64_t parity_tokens = absl::GetFlag(FLAGS_parity_tokens);
-  const int64_t profile_steps = absl::GetFlag(FLAGS_profile_steps);
-  if (prompt_len < 1) pdserve::Die("--prompt-len must be >= 1", 2);
-  if (no_cache_max < 0) pdserve::Die("--no-cache-max must be >= 0", 2);
-  if (parity_tokens < 1) pdserve::Die("--parity-tokens must be >= 1", 2);
-  if (profile_steps < 0) pdserve::Die("--profile-steps must be >= 0", 2);
+  o.prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  o.no_cache_max = absl::GetFlag(FLAGS_no_cache_max);
+  o.parity_tokens = absl::GetFlag(FLAGS_parity_tokens);
+  o.profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  if (o.prompt_len < 1) pdserve::Die("--prompt-len must be >= 1", 2);
+  if (o.no_cache_max < 0) pdserve::Die("--no-cache-max must be >= 0", 2);
+  if (o.parity_tokens < 1) pdserve::Die("--parity-tokens must be >= 1", 2);
+  if (o.profile_steps < 0) pdserve::Die("--profile-steps must be >= 0", 2);
   auto counts = pdserve::ParseIdList(absl::GetFlag(FLAGS_new_tokens));
   if (!counts.ok()) pdserve::Die("--new-tokens: " + std::string(counts.status().message()), 2);
   if (counts->empty() || *std::min_element(counts->begin(), counts->end()) < 1) {
     pdserve::Die("--new-tokens needs counts >= 1", 2);
   }
   std::sort(counts->begin(), counts->end());
-  const int64_t max_new = counts->back();
+  o.counts = *std::move(counts);
+  o.max_new = o.counts.back();
+  o.eo.weights_dtype = *weights_dtype;
+  o.eo.kv.dtype = *kv_dtype;
+  o.eo.num_threads = absl::GetFlag(FLAGS_threads);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.csv = absl::GetFlag(FLAGS_csv_out);
+  o.bw_gib = absl::GetFlag(FLAGS_bw_gib);
+  o.bw_reps = absl::GetFlag(FLAGS_bw_reps);
+  o.bw_gbs = absl::GetFlag(FLAGS_bw_gbs);
+  o.show_config = absl::GetFlag(FLAGS_show_config);
+  return o;
+}
 
-  pdserve::EngineOptions eo;
-  eo.weights_dtype = *weights_dtype;
-  eo.kv.dtype = *kv_dtype;
-  eo.num_threads = absl::GetFlag(FLAGS_threads);
+// ---- Setup: bandwidth, the model, what the process runs on.
 
-  // ---- Read bandwidth, measured before the weights exist so that its buffer
-  // does not add to the process's peak RSS.
-  pdserve::ConfigureThreads(eo.num_threads);
-  double checksum = 0;
-  double bw_gbs = absl::GetFlag(FLAGS_bw_gbs);
-  double bw_1t = 0;
-  std::string bw_line;
-  if (bw_gbs <= 0) {
-    const int threads = at::get_num_threads();
-    bw_gbs = MeasureReadBandwidth(absl::GetFlag(FLAGS_bw_gib), absl::GetFlag(FLAGS_bw_reps), &checksum);
-    if (threads > 1) {
-      at::set_num_threads(1);
-      bw_1t = MeasureReadBandwidth(absl::GetFlag(FLAGS_bw_gib), absl::GetFlag(FLAGS_bw_reps), &checksum);
-      at::set_num_threads(threads);
-    }
-    bw_line = absl::StrFormat("read bandwidth (best of %d sums of a %.2f GiB fp32 buffer): %.2f GB/s with %d threads",
-                              absl::GetFlag(FLAGS_bw_reps), absl::GetFlag(FLAGS_bw_gib), bw_gbs, threads);
-    if (bw_1t > 0) bw_line += absl::StrFormat(", %.2f GB/s with 1 thread", bw_1t);
-    bw_line += absl::StrFormat(" (checksum %.0f)\n", checksum);
-  } else {
-    bw_line = absl::StrFormat("read bandwidth: %.2f GB/s (given by --bw-gbs)\n", bw_gbs);
+// The read bandwidth (GB/s) the floor divides by, and the line that reports it.
+struct Bandwidth {
+  double gbs = 0;
+  std::string line;
+};
+
+// Measured with the current thread count and with one thread, unless
+// --bw-gbs gives it. Run before the weights exist so that its buffer does not
+// add to the process's peak RSS.
+Bandwidth ReadBandwidth(const Options& o) {
+  Bandwidth bw{o.bw_gbs, ""};
+  if (bw.gbs > 0) {
+    bw.line = absl::StrFormat("read bandwidth: %.2f GB/s (given by --bw-gbs)\n", bw.gbs);
+    return bw;
   }
-  ResetPeakRss();  // the bandwidth buffer is gone; keep it out of the load peak
+  double checksum = 0, bw_1t = 0;
+  const int threads = at::get_num_threads();
+  bw.gbs = MeasureReadBandwidth(o.bw_gib, o.bw_reps, &checksum);
+  if (threads > 1) {
+    at::set_num_threads(1);
+    bw_1t = MeasureReadBandwidth(o.bw_gib, o.bw_reps, &checksum);
+    at::set_num_threads(threads);
+  }
+  bw.line = absl::StrFormat("read bandwidth (best of %d sums of a %.2f GiB fp32 buffer): %.2f GB/s with %d threads",
+                            o.bw_reps, o.bw_gib, bw.gbs, threads);
+  if (bw_1t > 0) bw.line += absl::StrFormat(", %.2f GB/s with 1 thread", bw_1t);
+  bw.line += absl::StrFormat(" (checksum %.0f)\n", checksum);
+  return bw;
+}
 
-  // ---- The model.
-  const auto t_load = Clock::now();
+struct LoadedModel {
   std::unique_ptr<pdserve::Engine> engine;
-  std::string source;
-  if (!model_dir.empty()) {
-    auto e = pdserve::Engine::Load(model_dir, eo);
+  std::string source;  // where the weights came from, for the header
+  double load_ms = 0;
+};
+
+// A checkpoint (--model) or random weights of --config, cast as LoadCheckpoint
+// does for bf16.
+LoadedModel LoadModel(const Options& o) {
+  LoadedModel m;
+  const auto t_load = Clock::now();
+  if (!o.model_dir.empty()) {
+    auto e = pdserve::Engine::Load(o.model_dir, o.eo);
     if (!e.ok()) pdserve::Die(e.status());
-    engine = std::move(*e);
-    source = "checkpoint " + model_dir;
+    m.engine = std::move(*e);
+    m.source = "checkpoint " + o.model_dir;
   } else {
-    auto cfg = pdserve::LoadModelConfig(config_path);
+    auto cfg = pdserve::LoadModelConfig(o.config_path);
     if (!cfg.ok()) pdserve::Die(cfg.status());
-    pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
-    if (eo.weights_dtype == pdserve::WeightsDtype::kBF16) {
+    pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, o.seed);
+    if (o.eo.weights_dtype == pdserve::WeightsDtype::kBF16) {
       // As LoadCheckpoint does: matmul weights bf16, norms/sinks/router fp32.
       for (pdserve::NamedTensor& nt : pdserve::NamedTensors(&w)) {
         if (nt.is_matmul_weight) *nt.tensor = nt.tensor->to(at::kBFloat16);
       }
     }
-    engine = pdserve::Engine::FromWeights(std::move(w), eo);
-    source = absl::StrCat("random weights from ", config_path, " (seed ", absl::GetFlag(FLAGS_seed), ")");
+    m.engine = pdserve::Engine::FromWeights(std::move(w), o.eo);
+    m.source = absl::StrCat("random weights from ", o.config_path, " (seed ", o.seed, ")");
   }
-  const double load_ms = MsSince(t_load);
-  const pdserve::ModelConfig& c = engine->config();
-  if (prompt_len + std::max({max_new, no_cache_max, parity_tokens}) + profile_steps > c.max_context) {
-    pdserve::Die(absl::StrCat("prompt + tokens exceeds max_context ", c.max_context), 2);
-  }
-  const int64_t weight_bytes = pdserve::WeightBytes(engine->model().weights());
-  const double rss_after_load = CurrentRssMb();
-  const double peak_through_load = PeakRssMb();
-  const bool peak_reset = ResetPeakRss();
+  m.load_ms = MsSince(t_load);
+  return m;
+}
 
+// Resident memory at load time: RSS after load, the peak through it, and
+// whether the peak mark could be reset for the rest of the run.
+struct LoadMemory {
+  double rss_after_load = 0, peak_through_load = 0;
+  bool peak_reset = false;
+};
+
+LoadMemory SampleLoadMemory() {
+  LoadMemory m;
+  m.rss_after_load = CurrentRssMb();
+  m.peak_through_load = PeakRssMb();
+  m.peak_reset = ResetPeakRss();
+  return m;
+}
+
+// The BLAS and other math libraries mapped into the process.
+void PrintMappedBlas() {
+  const auto blas = MappedLibraries({"blas"});
+  std::string kind = "none found";
+  for (const std::string& p : blas) {
+    std::string lower = p;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    // openblas-*/libblas.so.3 is OpenBLAS; blas/libblas.so.3 is the reference netlib build.
+    if (lower.find("openblas") != std::string::npos) {
+      kind = "OpenBLAS";
+    } else if (kind != "OpenBLAS" && lower.find("mkl") != std::string::npos) {
+      kind = "MKL";
+    } else if (kind == "none found") {
+      kind = "reference netlib BLAS";
+    }
+  }
+  std::printf("BLAS loaded (/proc/self/maps): %s: %s\n", kind.c_str(), absl::StrJoin(blas, ", ").c_str());
+  std::printf("other math libs loaded: %s\n",
+              absl::StrJoin(MappedLibraries({"lapack", "dnnl", "mkl", "gomp", "iomp"}), ", ").c_str());
+}
+
+// at::show_config(): all of it, or the lines that say which BLAS/LAPACK/oneDNN
+// the build uses.
+void PrintShowConfig(bool full) {
+  const std::string cfg = at::show_config();
+  if (full) {
+    std::printf("at::show_config():\n%s\n", cfg.c_str());
+    return;
+  }
+  std::istringstream ss(cfg);
+  std::string line;
+  std::printf("at::show_config() (excerpt; --show-config for all):\n");
+  while (std::getline(ss, line)) {
+    if (line.find("BLAS") != std::string::npos || line.find("LAPACK") != std::string::npos ||
+        line.find("MKL") != std::string::npos || line.find("OpenMP") != std::string::npos ||
+        line.find("CPU capability") != std::string::npos) {
+      std::printf("%s\n", line.substr(0, std::min<size_t>(line.size(), 160)).c_str());
+    }
+  }
+}
+
+// The header: the model, its load, threads, libtorch, CPU and BLAS.
+void PrintHeader(const Options& o, const LoadedModel& m, const LoadMemory& mem) {
+  const pdserve::ModelConfig& c = m.engine->config();
+  const int64_t weight_bytes = pdserve::WeightBytes(m.engine->model().weights());
   std::printf("== pdserve-decode-bench\n");
   std::printf("model: %s, %s: %lld params (%lld active/token), weights %s = %.1f MiB in memory, kv %s\n",
-              c.name.c_str(), source.c_str(), static_cast<long long>(c.TotalParams()),
-              static_cast<long long>(c.ActiveParams()), wd.c_str(), weight_bytes / 1048576.0, kd.c_str());
-  std::printf("load %.0f ms; RSS after load %.1f MiB\n", load_ms, rss_after_load);
-
-  // ---- BLAS, threads, CPU.
+              c.name.c_str(), m.source.c_str(), static_cast<long long>(c.TotalParams()),
+              static_cast<long long>(c.ActiveParams()), o.wd.c_str(), weight_bytes / 1048576.0, o.kd.c_str());
+  std::printf("load %.0f ms; RSS after load %.1f MiB\n", m.load_ms, mem.rss_after_load);
   std::printf("threads: at::get_num_threads() = %d, interop = %d, hardware = %u\n", at::get_num_threads(),
               at::get_num_interop_threads(), std::thread::hardware_concurrency());
   std::printf("libtorch %s\n", TORCH_VERSION);
   std::printf("cpu: %s\n", CpuFlags().c_str());
-  {
-    const auto blas = MappedLibraries({"blas"});
-    std::string kind = "none found";
-    for (const std::string& p : blas) {
-      std::string lower = p;
-      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-      // openblas-*/libblas.so.3 is OpenBLAS; blas/libblas.so.3 is the reference netlib build.
-      if (lower.find("openblas") != std::string::npos) {
-        kind = "OpenBLAS";
-      } else if (kind != "OpenBLAS" && lower.find("mkl") != std::string::npos) {
-        kind = "MKL";
-      } else if (kind == "none found") {
-        kind = "reference netlib BLAS";
-      }
-    }
-    std::printf("BLAS loaded (/proc/self/maps): %s: %s\n", kind.c_str(), absl::StrJoin(blas, ", ").c_str());
-    std::printf("other math libs loaded: %s\n",
-                absl::StrJoin(MappedLibraries({"lapack", "dnnl", "mkl", "gomp", "iomp"}), ", ").c_str());
-  }
+  PrintMappedBlas();
   std::printf("at::get_parallel_info():\n%s", at::get_parallel_info().c_str());
-  {
-    const std::string cfg = at::show_config();
-    if (absl::GetFlag(FLAGS_show_config)) {
-      std::printf("at::show_config():\n%s\n", cfg.c_str());
-    } else {
-      // The lines that say which BLAS/LAPACK/oneDNN the build uses.
-      std::istringstream ss(cfg);
-      std::string line;
-      std::printf("at::show_config() (excerpt; --show-config for all):\n");
-      while (std::getline(ss, line)) {
-        if (line.find("BLAS") != std::string::npos || line.find("LAPACK") != std::string::npos ||
-            line.find("MKL") != std::string::npos || line.find("OpenMP") != std::string::npos ||
-            line.find("CPU capability") != std::string::npos) {
-          std::printf("%s\n", line.substr(0, std::min<size_t>(line.size(), 160)).c_str());
-        }
-      }
-    }
-  }
+  PrintShowConfig(o.show_config);
+}
 
-  std::printf("%s", bw_line.c_str());
+// ---- The memory-bandwidth floor: weights read once per token + the KV rows
+// attention reads.
+struct Floor {
+  const pdserve::ModelConfig& c;
+  int64_t kv_elem;  // bytes per KV element
+  double bw_gbs;
 
-  // Floor: weights read once per token + the KV rows attention reads.
-  const int64_t kv_elem = kd == "bf16" ? 2 : 4;
-  const int64_t kv_row = c.KvBytesPerTokenPerLayer(kv_elem);
-  auto kv_read_bytes = [&](int64_t pos) {
+  int64_t KvReadBytes(int64_t pos) const {
     int64_t rows = 0;
     for (int64_t l = 0; l < c.n_layers; ++l) {
       rows += pdserve::ModelConfig::IsWindowed(l) ? std::min(pos + 1, c.window) : pos + 1;
     }
-    return rows * kv_row;
-  };
-  const int64_t active = c.ActiveParams();
-  auto floor_ms = [&](int64_t pos, int64_t weight_elem) {
-    return static_cast<double>(active * weight_elem + kv_read_bytes(pos)) / (bw_gbs * 1e9) * 1e3;
-  };
-  const int64_t my_elem = wd == "bf16" ? 2 : 4;
+    return rows * c.KvBytesPerTokenPerLayer(kv_elem);
+  }
+  // ms of one decode step at `pos` with weights of `weight_elem` bytes.
+  double Ms(int64_t pos, int64_t weight_elem) const {
+    return static_cast<double>(c.ActiveParams() * weight_elem + KvReadBytes(pos)) / (bw_gbs * 1e9) * 1e3;
+  }
+};
+
+void PrintFloorAtPrompt(const Floor& floor, int64_t prompt_len) {
+  const int64_t active = floor.c.ActiveParams();
   std::printf(
       "floor at position %lld: fp32 weights %.2f ms (%.1f tok/s), bf16 weights %.2f ms (%.1f tok/s); "
       "weight bytes/token = ActiveParams x bytes/elem = %.1f MB (f32) / %.1f MB (bf16)\n",
-      static_cast<long long>(prompt_len), floor_ms(prompt_len, 4), 1e3 / floor_ms(prompt_len, 4),
-      floor_ms(prompt_len, 2), 1e3 / floor_ms(prompt_len, 2), active * 4 / 1e6, active * 2 / 1e6);
+      static_cast<long long>(prompt_len), floor.Ms(prompt_len, 4), 1e3 / floor.Ms(prompt_len, 4),
+      floor.Ms(prompt_len, 2), 1e3 / floor.Ms(prompt_len, 2), active * 4 / 1e6, active * 2 / 1e6);
+}
 
-  // ---- Prompt.
-  std::vector<int64_t> prompt(prompt_len);
-  for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = (13 + 7919 * i) % c.vocab_size;
-  pdserve::SamplingParams greedy;
+// ---- The runs.
 
-  // ---- Parity (also warms up every code path).
-  {
-    pdserve::GenerateRequest req;
-    req.prompt = prompt;
-    req.max_new_tokens = parity_tokens;
-    req.stop_at_eos = false;
-    req.use_cache = true;
-    const auto t0 = Clock::now();
-    auto cached = engine->Generate(req);
-    if (!cached.ok()) pdserve::Die(cached.status());
-    const double cached_ms = MsSince(t0);
-    req.use_cache = false;
-    const auto t1 = Clock::now();
-    auto plain = engine->Generate(req);
-    if (!plain.ok()) pdserve::Die(plain.status());
-    const double plain_ms = MsSince(t1);
-    if (*cached != *plain) {
-      size_t i = 0;
-      while (i < cached->size() && i < plain->size() && (*cached)[i] == (*plain)[i]) ++i;
-      std::fprintf(stderr, "cached:   %s\nno cache: %s\n", absl::StrJoin(*cached, ",").c_str(),
-                   absl::StrJoin(*plain, ",").c_str());
-      pdserve::Die(absl::StrCat("PARITY FAILED: cached and no-cache greedy tokens differ at index ", i, " (of ",
-                                parity_tokens, "); not reporting times"),
-                   3);
-    }
-    std::printf("parity: cached and no-cache greedy loops agree on all %lld tokens (%.0f ms vs %.0f ms)\n",
-                static_cast<long long>(parity_tokens), cached_ms, plain_ms);
+// Cached and no-cache greedy generation must agree token for token (also
+// warms up every code path). Exits 3 when they differ.
+void CheckParity(const pdserve::Engine& engine, const std::vector<int64_t>& prompt, int64_t parity_tokens) {
+  pdserve::GenerateRequest req;
+  req.prompt = prompt;
+  req.max_new_tokens = parity_tokens;
+  req.stop_at_eos = false;
+  req.use_cache = true;
+  const auto t0 = Clock::now();
+  auto cached = engine.Generate(req);
+  if (!cached.ok()) pdserve::Die(cached.status());
+  const double cached_ms = MsSince(t0);
+  req.use_cache = false;
+  const auto t1 = Clock::now();
+  auto plain = engine.Generate(req);
+  if (!plain.ok()) pdserve::Die(plain.status());
+  const double plain_ms = MsSince(t1);
+  if (*cached != *plain) {
+    size_t i = 0;
+    while (i < cached->size() && i < plain->size() && (*cached)[i] == (*plain)[i]) ++i;
+    std::fprintf(stderr, "cached:   %s\nno cache: %s\n", absl::StrJoin(*cached, ",").c_str(),
+                 absl::StrJoin(*plain, ",").c_str());
+    pdserve::Die(absl::StrCat("PARITY FAILED: cached and no-cache greedy tokens differ at index ", i, " (of ",
+                              parity_tokens, "); not reporting times"),
+                 3);
   }
+  std::printf("parity: cached and no-cache greedy loops agree on all %lld tokens (%.0f ms vs %.0f ms)\n",
+              static_cast<long long>(parity_tokens), cached_ms, plain_ms);
+}
 
+// Per-step rows for the CSV and the peak of the RSS sampled after each step.
+struct StepLog {
   std::vector<Row> rows;
-  // ---- Cached loop: one sequence, max_new decode steps.
-  auto seq = engine->NewSequence();
-  const auto t_pf = Clock::now();
-  auto pf = engine->Prefill(seq.get(), prompt);
-  if (!pf.ok()) pdserve::Die(pf.status());
-  const double prefill_ms = MsSince(t_pf);
-  at::Tensor logits = *pf;
-  std::vector<int64_t> cached_tokens;
-  std::vector<double> step_ms, loop_ms;
-  double peak_sampled_rss = CurrentRssMb();
-  for (int64_t n = 0; n < max_new; ++n) {
-    const auto t_a = Clock::now();
-    const int64_t tok = engine->Sample(logits, greedy, static_cast<uint64_t>(n));
-    cached_tokens.push_back(tok);
-    const int64_t pos = seq->pos;
-    const auto t_b = Clock::now();
-    auto step = engine->DecodeStep({seq.get()}, {tok});
-    if (!step.ok()) pdserve::Die(step.status());
-    logits = step->select(0, 0);
-    const double ms = MsSince(t_b);
-    loop_ms.push_back(MsSince(t_a));
-    step_ms.push_back(ms);
+  double peak_sampled_rss = 0;
+
+  void Add(const char* loop, int64_t position, double ms) {
     const double rss = CurrentRssMb();
     peak_sampled_rss = std::max(peak_sampled_rss, rss);
-    rows.push_back({"cached", pos, ms, rss});
+    rows.push_back({loop, position, ms, rss});
   }
-  const int64_t kv_used = seq->cache.UsedBytes(), kv_alloc = seq->cache.AllocatedBytes();
+};
 
-  // ---- Matrix-vector probe: each weight shape alone (cold, round-robin over
-  // every layer's/expert's copy), through the engine's pdserve::Linear and
-  // through at::mv, and the sum over one decode step's products.
-  struct Probe {
-    std::string what;
-    std::vector<at::Tensor> pool;
-    double per_step;  // calls per decode step
-    double ms_linear = 0, ms_at_linear = 0, ms_mv = 0;
-  };
-  std::vector<Probe> probes;
-  {
-    const pdserve::ModelWeights& W = engine->model().weights();
-    const double nl = static_cast<double>(c.n_layers);
-    const double mlps = static_cast<double>(c.top_k + c.n_shared_experts);
-    Probe attn{"attn q/kv/o_proj", {}, 0}, router{"moe router (fp32)", {}, nl},
-        up{"mlp gate/up [F,D]", {}, 2 * mlps * nl}, down{"mlp down [D,F]", {}, mlps * nl};
-    for (const pdserve::LayerWeights& L : W.layers) {
-      router.pool.push_back(L.router);
-      for (const at::Tensor& t : {L.q_proj, L.kv_proj, L.o_proj}) {
-        // q, kv and o are all [768, 768] in the default config; group equal shapes.
-        attn.pool.push_back(t);
-      }
-      for (int64_t e = 0; e < c.n_experts; ++e) {
-        up.pool.push_back(L.gate_proj.select(0, e));
-        up.pool.push_back(L.up_proj.select(0, e));
-        down.pool.push_back(L.down_proj.select(0, e));
-      }
-    }
-    const bool attn_same = W.layers[0].q_proj.sizes() == W.layers[0].kv_proj.sizes() &&
-                           W.layers[0].q_proj.sizes() == W.layers[0].o_proj.sizes();
-    if (attn_same) {
-      attn.per_step = 3 * nl;
-      probes.push_back(attn);
-    } else {
-      for (int j = 0; j < 3; ++j) {
-        Probe p{j == 0 ? "attn q_proj" : j == 1 ? "attn kv_proj" : "attn o_proj", {}, nl};
-        for (const pdserve::LayerWeights& L : W.layers)
-          p.pool.push_back(j == 0 ? L.q_proj : j == 1 ? L.kv_proj : L.o_proj);
-        probes.push_back(p);
-      }
-    }
-    probes.push_back(router);
-    probes.push_back(up);
-    probes.push_back(down);
-    probes.push_back({"head [V,D] (tied)", {c.tie_embeddings ? W.embed : W.head}, 1});
+// One sequence, prefilled, then max_new timed decode steps. The sequence and
+// its last logits stay for the op profile.
+struct CachedRun {
+  std::unique_ptr<pdserve::Sequence> seq;
+  at::Tensor logits;
+  double prefill_ms = 0;
+  std::vector<int64_t> tokens;
+  std::vector<double> step_ms, loop_ms;  // DecodeStep alone; sampling + DecodeStep
+  int64_t kv_used = 0, kv_alloc = 0;
+};
+
+CachedRun RunCached(const pdserve::Engine& engine, const std::vector<int64_t>& prompt, int64_t max_new, StepLog* log) {
+  const pdserve::SamplingParams greedy;
+  CachedRun run;
+  run.seq = engine.NewSequence();
+  const auto t_pf = Clock::now();
+  auto pf = engine.Prefill(run.seq.get(), prompt);
+  if (!pf.ok()) pdserve::Die(pf.status());
+  run.prefill_ms = MsSince(t_pf);
+  run.logits = *pf;
+  log->peak_sampled_rss = CurrentRssMb();
+  for (int64_t n = 0; n < max_new; ++n) {
+    const auto t_a = Clock::now();
+    const int64_t tok = engine.Sample(run.logits, greedy, static_cast<uint64_t>(n));
+    run.tokens.push_back(tok);
+    const int64_t pos = run.seq->pos;
+    const auto t_b = Clock::now();
+    auto step = engine.DecodeStep({run.seq.get()}, {tok});
+    if (!step.ok()) pdserve::Die(step.status());
+    run.logits = step->select(0, 0);
+    const double ms = MsSince(t_b);
+    run.loop_ms.push_back(MsSince(t_a));
+    run.step_ms.push_back(ms);
+    log->Add("cached", pos, ms);
   }
-  double probe_sum_linear = 0, probe_sum_at_linear = 0, probe_sum_mv = 0;
-  for (Probe& p : probes) {
+  run.kv_used = run.seq->cache.UsedBytes();
+  run.kv_alloc = run.seq->cache.AllocatedBytes();
+  return run;
+}
+
+// Profiles `steps` more cached decode steps on the run's sequence by ATen op.
+void ProfileSteps(const pdserve::Engine& engine, CachedRun* run, int64_t first_n, int64_t steps) {
+  using namespace torch::autograd::profiler;
+  const pdserve::SamplingParams greedy;
+  enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                                             /*report_input_shapes=*/true));
+  const auto t0 = Clock::now();
+  for (int64_t n = 0; n < steps; ++n) {
+    const int64_t tok = engine.Sample(run->logits, greedy, static_cast<uint64_t>(first_n + n));
+    auto step = engine.DecodeStep({run->seq.get()}, {tok});
+    if (!step.ok()) pdserve::Die(step.status());
+    run->logits = step->select(0, 0);
+  }
+  const double wall = MsSince(t0);
+  thread_event_lists lists = disableProfilerLegacy();
+  PrintProfile(lists, steps, wall);
+}
+
+// The no-cache loop: replays the whole prefix for every token.
+struct NoCacheRun {
+  std::vector<double> ms;
+  int64_t agree = 0;  // leading tokens equal to the cached run's
+};
+
+NoCacheRun RunNoCache(const pdserve::Engine& engine, const std::vector<int64_t>& prompt, int64_t no_cache_max,
+                      const std::vector<int64_t>& cached_tokens, StepLog* log) {
+  NoCacheRun run;
+  if (no_cache_max <= 0) return run;
+  const pdserve::SamplingParams greedy;
+  std::vector<int64_t> prefix = prompt;
+  auto first = engine.ForwardNoCache(prefix);
+  if (!first.ok()) pdserve::Die(first.status());
+  at::Tensor lg = *first;
+  bool agreeing = true;
+  for (int64_t n = 0; n < no_cache_max; ++n) {
+    const int64_t tok = engine.Sample(lg, greedy, static_cast<uint64_t>(n));
+    if (agreeing && n < static_cast<int64_t>(cached_tokens.size()) && cached_tokens[n] == tok) {
+      ++run.agree;
+    } else {
+      agreeing = false;
+    }
+    prefix.push_back(tok);
+    const auto t0 = Clock::now();
+    auto out = engine.ForwardNoCache(prefix);
+    if (!out.ok()) pdserve::Die(out.status());
+    lg = *out;
+    const double ms = MsSince(t0);
+    run.ms.push_back(ms);
+    log->Add("nocache", static_cast<int64_t>(prefix.size()) - 1, ms);
+  }
+  return run;
+}
+
+// ---- Matrix-vector probe: each weight shape alone (cold, round-robin over
+// every layer's/expert's copy), through the engine's pdserve::Linear, at::linear
+// and at::mv, and the sum over one decode step's products.
+struct Probe {
+  std::string what;
+  std::vector<at::Tensor> pool;
+  double per_step;  // calls per decode step
+  double ms_linear = 0, ms_at_linear = 0, ms_mv = 0;
+};
+
+struct ProbeSums {
+  double linear = 0, at_linear = 0, mv = 0;  // ms of one token's products
+};
+
+std::vector<Probe> CollectProbes(const pdserve::Engine& engine) {
+  const pdserve::ModelConfig& c = engine.config();
+  const pdserve::ModelWeights& W = engine.model().weights();
+  const double nl = static_cast<double>(c.n_layers);
+  const double mlps = static_cast<double>(c.top_k + c.n_shared_experts);
+  std::vector<Probe> probes;
+  Probe attn{"attn q/kv/o_proj", {}, 0}, router{"moe router (fp32)", {}, nl},
+      up{"mlp gate/up [F,D]", {}, 2 * mlps * nl}, down{"mlp down [D,F]", {}, mlps * nl};
+  for (const pdserve::LayerWeights& L : W.layers) {
+    router.pool.push_back(L.router);
+    for (const at::Tensor& t : {L.q_proj, L.kv_proj, L.o_proj}) {
+      // q, kv and o are all [768, 768] in the default config; group equal shapes.
+      attn.pool.push_back(t);
+    }
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      up.pool.push_back(L.gate_proj.select(0, e));
+      up.pool.push_back(L.up_proj.select(0, e));
+      down.pool.push_back(L.down_proj.select(0, e));
+    }
+  }
+  const bool attn_same = W.layers[0].q_proj.sizes() == W.layers[0].kv_proj.sizes() &&
+                         W.layers[0].q_proj.sizes() == W.layers[0].o_proj.sizes();
+  if (attn_same) {
+    attn.per_step = 3 * nl;
+    probes.push_back(attn);
+  } else {
+    for (int j = 0; j < 3; ++j) {
+      Probe p{j == 0 ? "attn q_proj" : j == 1 ? "attn kv_proj" : "attn o_proj", {}, nl};
+      for (const pdserve::LayerWeights& L : W.layers) p.pool.push_back(j == 0 ? L.q_proj : j == 1 ? L.kv_proj : L.o_proj);
+      probes.push_back(p);
+    }
+  }
+  probes.push_back(router);
+  probes.push_back(up);
+  probes.push_back(down);
+  probes.push_back({"head [V,D] (tied)", {c.tie_embeddings ? W.embed : W.head}, 1});
+  return probes;
+}
+
+ProbeSums TimeProbes(std::vector<Probe>* probes) {
+  ProbeSums sums;
+  for (Probe& p : *probes) {
     p.ms_linear = ProbeMatVec(p.pool, MatVec::kEngine);
     p.ms_at_linear = ProbeMatVec(p.pool, MatVec::kAtLinear);
     p.ms_mv = ProbeMatVec(p.pool, MatVec::kAtMv);
-    probe_sum_linear += p.ms_linear * p.per_step;
-    probe_sum_at_linear += p.ms_at_linear * p.per_step;
-    probe_sum_mv += p.ms_mv * p.per_step;
+    sums.linear += p.ms_linear * p.per_step;
+    sums.at_linear += p.ms_at_linear * p.per_step;
+    sums.mv += p.ms_mv * p.per_step;
   }
+  return sums;
+}
 
-  // ---- Optional op profile of more steps on the same sequence.
-  if (profile_steps > 0) {
-    using namespace torch::autograd::profiler;
-    enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
-                                                               /*report_input_shapes=*/true));
-    const auto t0 = Clock::now();
-    for (int64_t n = 0; n < profile_steps; ++n) {
-      const int64_t tok = engine->Sample(logits, greedy, static_cast<uint64_t>(max_new + n));
-      auto step = engine->DecodeStep({seq.get()}, {tok});
-      if (!step.ok()) pdserve::Die(step.status());
-      logits = step->select(0, 0);
-    }
-    const double wall = MsSince(t0);
-    thread_event_lists lists = disableProfilerLegacy();
-    PrintProfile(lists, profile_steps, wall);
+// ---- The report.
+
+void WriteCsv(const std::string& csv, const std::vector<Row>& rows) {
+  std::ofstream f(csv, std::ios::trunc);
+  f << "loop,position,ms,rss_mb\n";
+  char buf[128];
+  for (const Row& r : rows) {
+    std::snprintf(buf, sizeof buf, "%s,%lld,%.4f,%.1f\n", r.loop.c_str(), static_cast<long long>(r.position), r.ms,
+                  r.rss_mb);
+    f << buf;
   }
-  seq.reset();
+  if (!f) pdserve::Die("cannot write '" + csv + "'");
+}
 
-  // ---- No-cache loop: replay the whole prefix for every token.
-  std::vector<double> nc_ms;
-  int64_t nc_agree = 0;
-  if (no_cache_max > 0) {
-    std::vector<int64_t> prefix = prompt;
-    auto first = engine->ForwardNoCache(prefix);
-    if (!first.ok()) pdserve::Die(first.status());
-    at::Tensor lg = *first;
-    bool agreeing = true;
-    for (int64_t n = 0; n < no_cache_max; ++n) {
-      const int64_t tok = engine->Sample(lg, greedy, static_cast<uint64_t>(n));
-      if (agreeing && n < static_cast<int64_t>(cached_tokens.size()) && cached_tokens[n] == tok) {
-        ++nc_agree;
-      } else {
-        agreeing = false;
-      }
-      prefix.push_back(tok);
-      const auto t0 = Clock::now();
-      auto out = engine->ForwardNoCache(prefix);
-      if (!out.ok()) pdserve::Die(out.status());
-      lg = *out;
-      const double ms = MsSince(t0);
-      nc_ms.push_back(ms);
-      const double rss = CurrentRssMb();
-      peak_sampled_rss = std::max(peak_sampled_rss, rss);
-      rows.push_back({"nocache", static_cast<int64_t>(prefix.size()) - 1, ms, rss});
-    }
-  }
-
-  // ---- CSV.
-  const std::string csv = absl::GetFlag(FLAGS_csv_out);
-  if (!csv.empty()) {
-    std::ofstream f(csv, std::ios::trunc);
-    f << "loop,position,ms,rss_mb\n";
-    char buf[128];
-    for (const Row& r : rows) {
-      std::snprintf(buf, sizeof buf, "%s,%lld,%.4f,%.1f\n", r.loop.c_str(), static_cast<long long>(r.position), r.ms,
-                    r.rss_mb);
-      f << buf;
-    }
-    if (!f) pdserve::Die("cannot write '" + csv + "'");
-  }
-
-  // ---- Summary.
-  std::printf("\nprefill of %lld tokens: %.1f ms\n", static_cast<long long>(prompt_len), prefill_ms);
+// tok/s, ms/token and the floor for every --new-tokens count.
+void PrintCachedTable(const Options& o, const CachedRun& run, const Floor& floor) {
+  const int64_t my_elem = o.wd == "bf16" ? 2 : 4;
+  std::printf("\nprefill of %lld tokens: %.1f ms\n", static_cast<long long>(o.prompt_len), run.prefill_ms);
   std::printf("\ncached decode (batch 1, greedy; tok/s = N / wall of N steps, each = sampling + DecodeStep):\n");
   std::printf("  %8s %9s %12s %12s %12s %13s %9s\n", "N", "tok/s", "mean ms/tok", "median ms", "floor ms",
               "other floor", "x floor");
-  for (int64_t N : *counts) {
+  for (int64_t N : o.counts) {
     double loop_sum = 0, floor_sum = 0, floor_other = 0;
-    std::vector<double> steps(step_ms.begin(), step_ms.begin() + N);
+    std::vector<double> steps(run.step_ms.begin(), run.step_ms.begin() + N);
     for (int64_t i = 0; i < N; ++i) {
-      loop_sum += loop_ms[i];
-      floor_sum += floor_ms(prompt_len + i, my_elem);
-      floor_other += floor_ms(prompt_len + i, my_elem == 4 ? 2 : 4);
+      loop_sum += run.loop_ms[i];
+      floor_sum += floor.Ms(o.prompt_len + i, my_elem);
+      floor_other += floor.Ms(o.prompt_len + i, my_elem == 4 ? 2 : 4);
     }
     const double mean = loop_sum / N;
     std::printf("  %8lld %9.2f %12.2f %12.2f %12.2f %13.2f %8.2fx\n", static_cast<long long>(N), 1e3 * N / loop_sum,
@@ -626,44 +722,53 @@ int main(int argc, char** argv) {
   std::printf(
       "  floor ms = (ActiveParams x %lld B + KV rows read x %lld B) / %.2f GB/s (this run's weights %s);\n"
       "  other floor = the same with %s weights. x floor = mean ms/tok / floor ms.\n",
-      static_cast<long long>(my_elem), static_cast<long long>(kv_elem), bw_gbs, wd.c_str(),
+      static_cast<long long>(my_elem), static_cast<long long>(floor.kv_elem), floor.bw_gbs, o.wd.c_str(),
       my_elem == 4 ? "bf16" : "fp32");
+}
 
-  auto print_positions = [&](const char* name, const std::vector<double>& ms) {
-    if (ms.empty()) return;
-    std::printf("  %-8s", name);
-    const int64_t n = static_cast<int64_t>(ms.size());
-    for (int64_t at_i :
-         {int64_t{0}, int64_t{31}, int64_t{63}, int64_t{127}, int64_t{255}, int64_t{511}, int64_t{1023}}) {
-      if (at_i >= n) break;
-      // Median of the (up to) 9 steps around this one.
-      const int64_t lo = std::max<int64_t>(0, at_i - 4), hi = std::min<int64_t>(n, at_i + 5);
-      std::printf("  pos %lld: %.2f", static_cast<long long>(prompt_len + at_i),
-                  Median(std::vector<double>(ms.begin() + lo, ms.begin() + hi)));
-    }
-    std::printf("\n");
-  };
+// One row of ms per token at a few positions: the median of the (up to) 9
+// steps around each.
+void PrintPositions(const char* name, const std::vector<double>& ms, int64_t prompt_len) {
+  if (ms.empty()) return;
+  std::printf("  %-8s", name);
+  const int64_t n = static_cast<int64_t>(ms.size());
+  for (int64_t at_i : {int64_t{0}, int64_t{31}, int64_t{63}, int64_t{127}, int64_t{255}, int64_t{511}, int64_t{1023}}) {
+    if (at_i >= n) break;
+    const int64_t lo = std::max<int64_t>(0, at_i - 4), hi = std::min<int64_t>(n, at_i + 5);
+    std::printf("  pos %lld: %.2f", static_cast<long long>(prompt_len + at_i),
+                Median(std::vector<double>(ms.begin() + lo, ms.begin() + hi)));
+  }
+  std::printf("\n");
+}
+
+void PrintPositionTable(const Options& o, const CachedRun& cached, const NoCacheRun& nc) {
   std::printf("\nms per token against position (median of 9 neighbouring steps):\n");
-  print_positions("cached", step_ms);
-  print_positions("no-cache", nc_ms);
-  if (!nc_ms.empty()) {
+  PrintPositions("cached", cached.step_ms, o.prompt_len);
+  PrintPositions("no-cache", nc.ms, o.prompt_len);
+  if (!nc.ms.empty()) {
     std::printf(
         "no-cache loop: %lld tokens, %.1f s in all; its greedy tokens match the cached run's for the first %lld\n",
-        static_cast<long long>(nc_ms.size()), std::accumulate(nc_ms.begin(), nc_ms.end(), 0.0) / 1e3,
-        static_cast<long long>(nc_agree));
+        static_cast<long long>(nc.ms.size()), std::accumulate(nc.ms.begin(), nc.ms.end(), 0.0) / 1e3,
+        static_cast<long long>(nc.agree));
   }
+}
+
+void PrintMemory(const Options& o, const LoadMemory& mem, const StepLog& log, const CachedRun& run) {
   std::printf("\nmemory: RSS after load %.1f MiB; ru_maxrss through load (includes building the weights) %.1f MiB\n",
-              rss_after_load, peak_through_load);
-  if (peak_reset) {
+              mem.rss_after_load, mem.peak_through_load);
+  if (mem.peak_reset) {
     std::printf(
         "        ru_maxrss since load (peak reset via /proc/self/clear_refs): %.1f MiB; peak sampled RSS %.1f MiB\n",
-        PeakRssMb(), peak_sampled_rss);
+        PeakRssMb(), log.peak_sampled_rss);
   } else {
     std::printf("        ru_maxrss (lifetime; could not reset) %.1f MiB; peak sampled RSS %.1f MiB\n", PeakRssMb(),
-                peak_sampled_rss);
+                log.peak_sampled_rss);
   }
   std::printf("KV cache after %lld positions: used %.2f MiB, allocated %.2f MiB\n",
-              static_cast<long long>(prompt_len + max_new), kv_used / 1048576.0, kv_alloc / 1048576.0);
+              static_cast<long long>(o.prompt_len + o.max_new), run.kv_used / 1048576.0, run.kv_alloc / 1048576.0);
+}
+
+void PrintProbes(const std::vector<Probe>& probes, const ProbeSums& sums, const std::vector<double>& step_ms) {
   std::printf(
       "\nmatrix-vector probe (one row, weights cold: round-robin over all copies of the shape; mean ms and GB/s\n"
       "of weight bytes): pdserve::Linear (the engine), at::linear and at::mv in the weight's dtype\n");
@@ -681,7 +786,53 @@ int main(int argc, char** argv) {
   std::printf(
       "  one token's products: engine %.2f ms (%.0f%% of the mean cached step, %.2f ms), at::linear %.2f ms, "
       "at::mv %.2f ms\n",
-      probe_sum_linear, 100.0 * probe_sum_linear / mean_step, mean_step, probe_sum_at_linear, probe_sum_mv);
-  if (!csv.empty()) std::printf("wrote %zu rows to %s\n", rows.size(), csv.c_str());
+      sums.linear, 100.0 * sums.linear / mean_step, mean_step, sums.at_linear, sums.mv);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep partial output if the run is interrupted
+  pdserve::InitCli(argc, argv,
+                   "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"
+                   "resident memory, BLAS/threads, and the ratio to a memory-bandwidth floor.\n"
+                   "Usage: pdserve-decode-bench (--model DIR | --config CONFIG.json [--seed S])\n"
+                   "       [--weights-dtype f32|bf16] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
+                   "       [--new-tokens 64,256,512,1024] [--no-cache-max 256] [--csv-out FILE] [--threads N]");
+  const Options o = ParseOptions();
+  pdserve::ConfigureThreads(o.eo.num_threads);
+  const Bandwidth bw = ReadBandwidth(o);
+  ResetPeakRss();  // the bandwidth buffer is gone; keep it out of the load peak
+
+  LoadedModel m = LoadModel(o);
+  const pdserve::Engine& engine = *m.engine;
+  const pdserve::ModelConfig& c = engine.config();
+  if (o.prompt_len + std::max({o.max_new, o.no_cache_max, o.parity_tokens}) + o.profile_steps > c.max_context) {
+    pdserve::Die(absl::StrCat("prompt + tokens exceeds max_context ", c.max_context), 2);
+  }
+  const LoadMemory mem = SampleLoadMemory();
+  PrintHeader(o, m, mem);
+  std::printf("%s", bw.line.c_str());
+  const Floor floor{c, o.kd == "bf16" ? 2 : 4, bw.gbs};
+  PrintFloorAtPrompt(floor, o.prompt_len);
+
+  std::vector<int64_t> prompt(o.prompt_len);  // deterministic ids
+  for (int64_t i = 0; i < o.prompt_len; ++i) prompt[i] = (13 + 7919 * i) % c.vocab_size;
+  CheckParity(engine, prompt, o.parity_tokens);
+
+  StepLog log;
+  CachedRun cached = RunCached(engine, prompt, o.max_new, &log);
+  std::vector<Probe> probes = CollectProbes(engine);
+  const ProbeSums sums = TimeProbes(&probes);
+  if (o.profile_steps > 0) ProfileSteps(engine, &cached, o.max_new, o.profile_steps);
+  cached.seq.reset();
+  const NoCacheRun nc = RunNoCache(engine, prompt, o.no_cache_max, cached.tokens, &log);
+  if (!o.csv.empty()) WriteCsv(o.csv, log.rows);
+
+  PrintCachedTable(o, cached, floor);
+  PrintPositionTable(o, cached, nc);
+  PrintMemory(o, mem, log, cached);
+  PrintProbes(probes, sums, cached.step_ms);
+  if (!o.csv.empty()) std::printf("wrote %zu rows to %s\n", log.rows.size(), o.csv.c_str());
   return 0;
 }

@@ -22,7 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"
@@ -148,6 +148,204 @@ struct Result {
 
 std::string Fixed(double v, int prec) { return absl::StrFormat("%.*f", prec, v); }
 
+// ---- Options: the flags, checked (bad values exit 2).
+
+struct Options {
+  std::string model_dir, router, csv;
+  int trials = 0, threads = 0;
+  int64_t chunk = 0, deadline_s = 0;
+  std::string kd, wd;  // --kv-dtype and --weights-dtype as given
+  std::vector<int64_t> lens;
+  pdserve::EngineOptions eo;
+};
+
+Options ParseOptions() {
+  Options o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.router = absl::GetFlag(FLAGS_router);
+  if (o.model_dir.empty()) pdserve::Die("--model DIR is required", 2);
+  o.trials = absl::GetFlag(FLAGS_trials);
+  if (o.trials < 1) pdserve::Die("--trials must be >= 1", 2);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  if (o.threads < 0) pdserve::Die("--threads must be >= 0 (0 = all cores)", 2);
+  o.chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (o.chunk < 1) pdserve::Die("--prefill-chunk must be >= 1", 2);
+  o.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  if (o.deadline_s < 1) pdserve::Die("--deadline-s must be >= 1", 2);
+  o.kd = absl::GetFlag(FLAGS_kv_dtype);
+  o.wd = absl::GetFlag(FLAGS_weights_dtype);
+  auto kv_dtype = pdserve::ParseKvDtype(o.kd);
+  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
+  auto weights_dtype = pdserve::ParseWeightsDtype(o.wd);
+  if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
+  auto lens = pdserve::ParseIdList(absl::GetFlag(FLAGS_prompt_lens));
+  if (!lens.ok()) pdserve::Die("--prompt-lens: " + std::string(lens.status().message()), 2);
+  if (lens->empty()) pdserve::Die("--prompt-lens needs at least one length", 2);
+  for (int64_t n : *lens) {
+    if (n < 1) pdserve::Die("--prompt-lens: every length must be >= 1", 2);
+  }
+  o.lens = *std::move(lens);
+  o.csv = absl::GetFlag(FLAGS_csv_out);
+  o.eo.weights_dtype = *weights_dtype;
+  o.eo.kv.dtype = *kv_dtype;
+  o.eo.prefill_chunk = o.chunk;
+  o.eo.num_threads = o.threads;
+  return o;
+}
+
+// Loads the in-process engine and checks every length fits its context (with
+// room for the one generated token when a router is given).
+std::unique_ptr<pdserve::Engine> LoadEngine(const Options& o) {
+  std::fprintf(stderr, "loading %s ...\n", o.model_dir.c_str());
+  auto loaded = pdserve::Engine::Load(o.model_dir, o.eo);
+  if (!loaded.ok()) pdserve::Die(loaded.status());
+  std::unique_ptr<pdserve::Engine> engine = std::move(*loaded);
+  const pdserve::ModelConfig& c = engine->config();
+  if (c.vocab_size > static_cast<int64_t>(std::numeric_limits<uint32_t>::max())) {
+    pdserve::Die("vocab_size does not fit uint32");
+  }
+  for (int64_t n : o.lens) {
+    const int64_t need = n + (o.router.empty() ? 0 : 1);
+    if (need > c.max_context) {
+      pdserve::Die(absl::StrCat("--prompt-lens: ", n, " tokens", o.router.empty() ? "" : " + 1 generated",
+                                " is above the model's max_context ", c.max_context),
+                   2);
+    }
+  }
+  return engine;
+}
+
+// ---- Phase 1: every single-process trial (after one untimed warmup).
+void RunSinglePhase(const pdserve::Engine& engine, const Options& o, std::vector<Result>* results) {
+  const int64_t vocab = engine.config().vocab_size;
+  const int64_t shortest = *std::min_element(o.lens.begin(), o.lens.end());
+  {
+    double warm_ms = 0;
+    SingleTtft(engine, MakePrompt(shortest, vocab), &warm_ms);
+    std::fprintf(stderr, "single: warmup (%lld tokens) %.1f ms\n", static_cast<long long>(shortest), warm_ms);
+  }
+  for (Result& r : *results) {
+    const std::vector<int64_t> ids = MakePrompt(r.len, vocab);
+    std::vector<double> ms;
+    for (int t = 0; t < o.trials; ++t) {
+      double m = 0;
+      const int64_t tok = SingleTtft(engine, ids, &m);
+      ms.push_back(m);
+      if (t == 0) {
+        r.single_token = tok;
+      } else if (tok != r.single_token) {
+        r.single_consistent = false;
+        std::fprintf(stderr, "warning: in-process first token differs between trials at len %lld: %lld vs %lld\n",
+                     static_cast<long long>(r.len), static_cast<long long>(tok),
+                     static_cast<long long>(r.single_token));
+      }
+      std::fprintf(stderr, "single len=%lld trial %d/%d: %.2f ms (token %lld)\n", static_cast<long long>(r.len), t + 1,
+                   o.trials, m, static_cast<long long>(tok));
+    }
+    r.single_ms = Median(ms);
+  }
+}
+
+// ---- Phase 2: every gRPC trial of one length; medians into `r`.
+void DisaggLength(pdserve::v1::Generator::Stub* stub, const Options& o, int64_t vocab, Result* r) {
+  const std::vector<int64_t> ids = MakePrompt(r->len, vocab);
+  std::vector<double> ttft, client, prefill, hbytes, hms, hexp, exposed;
+  for (int t = 0; t < o.trials; ++t) {
+    const DisaggTrial d = DisaggTtft(stub, ids, o.deadline_s);
+    const pdserve::v1::Usage& u = d.usage;
+    ttft.push_back(NsToMs(u.ttft_ns()));
+    client.push_back(d.client_ttft_ms);
+    prefill.push_back(NsToMs(u.prefill_ns()));
+    hbytes.push_back(static_cast<double>(u.kv_handoff_bytes()));
+    hms.push_back(NsToMs(u.kv_handoff_ns()));
+    hexp.push_back(NsToMs(u.kv_handoff_exposed_ns()));
+    exposed.push_back(NsToMs(static_cast<double>(u.ttft_ns()) - static_cast<double>(u.prefill_ns())));
+    r->disagg_tokens.push_back(d.first_token);
+    std::fprintf(stderr,
+                 "disagg len=%lld trial %d/%d: router TTFT %.2f ms, client %.2f ms, prefill %.2f ms, "
+                 "hand-off %llu B in %.2f ms (%.2f ms exposed) (token %lld)\n",
+                 static_cast<long long>(r->len), t + 1, o.trials, ttft.back(), client.back(), prefill.back(),
+                 static_cast<unsigned long long>(u.kv_handoff_bytes()), hms.back(), hexp.back(),
+                 static_cast<long long>(d.first_token));
+  }
+  r->have_disagg = true;
+  r->ttft_ms = Median(ttft);
+  r->client_ms = Median(client);
+  r->prefill_ms = Median(prefill);
+  r->handoff_bytes = Median(hbytes);
+  r->handoff_ms = Median(hms);
+  r->handoff_exposed_ms = Median(hexp);
+  r->exposed_ms = Median(exposed);
+  r->match = r->single_consistent;
+  for (int64_t tok : r->disagg_tokens) r->match = r->match && tok == r->single_token;
+}
+
+// Phase 2 for every length, through --router (after one untimed warmup).
+void RunDisaggPhase(const Options& o, int64_t vocab, std::vector<Result>* results) {
+  auto channel = pdserve::MakeChannel(o.router);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+    pdserve::Die("cannot connect to the router at " + o.router + " within 10 s");
+  }
+  auto stub = pdserve::v1::Generator::NewStub(channel);
+  const int64_t shortest = *std::min_element(o.lens.begin(), o.lens.end());
+  {
+    const DisaggTrial w = DisaggTtft(stub.get(), MakePrompt(shortest, vocab), o.deadline_s);
+    std::fprintf(stderr, "disagg: warmup (%lld tokens) client %.1f ms, router %.1f ms\n",
+                 static_cast<long long>(shortest), w.client_ttft_ms, NsToMs(w.usage.ttft_ns()));
+  }
+  for (Result& r : *results) DisaggLength(stub.get(), o, vocab, &r);
+}
+
+// ---- The report.
+
+// Prints the table and any mismatches; returns whether one was found.
+bool PrintTable(const std::vector<Result>& results) {
+  std::printf("\n%10s %14s %14s %14s %11s %15s %12s %15s %16s %16s %12s  %s\n", "prompt_len", "single TTFT ms",
+              "disagg TTFT ms", "client TTFT ms", "prefill ms", "hand-off bytes", "hand-off ms", "hand-off/TTFT %",
+              "h-off exposed ms", "TTFT-prefill ms", "first token", "match");
+  bool any_mismatch = false;
+  for (const Result& r : results) {
+    auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string("-"); };
+    const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 1) : "-";
+    const char* match = !r.have_disagg ? "-" : r.match ? "match" : "MISMATCH";
+    any_mismatch = any_mismatch || (r.have_disagg && !r.match);
+    std::printf("%10lld %14.2f %14s %14s %11s %15s %12s %15s %16s %16s %12lld  %s\n", static_cast<long long>(r.len),
+                r.single_ms, col(r.ttft_ms, 2).c_str(), col(r.client_ms, 2).c_str(), col(r.prefill_ms, 2).c_str(),
+                col(r.handoff_bytes, 0).c_str(), col(r.handoff_ms, 2).c_str(), share.c_str(),
+                col(r.handoff_exposed_ms, 2).c_str(), col(r.exposed_ms, 2).c_str(), static_cast<long long>(r.single_token), match);
+  }
+  std::printf(
+      "(first token: the in-process greedy token; hand-off/TTFT = median hand-off ms / median router TTFT ms:\n"
+      " the hand-off starts with layer 0 of the last prefill chunk, so it overlaps prefill; h-off exposed is its\n"
+      " part after the first token; TTFT-prefill = median over trials of ttft_ns - prefill_ns)\n");
+  for (const Result& r : results) {
+    if (r.have_disagg && !r.match) {
+      std::string got;
+      for (int64_t t : r.disagg_tokens) absl::StrAppend(&got, got.empty() ? "" : ",", t);
+      std::printf("MISMATCH at len %lld: in-process %lld%s, disaggregated %s\n", static_cast<long long>(r.len),
+                  static_cast<long long>(r.single_token), r.single_consistent ? "" : " (not stable across trials)",
+                  got.c_str());
+    }
+  }
+  return any_mismatch;
+}
+
+void WriteCsv(const std::string& csv, const std::vector<Result>& results) {
+  std::ofstream f(csv, std::ios::trunc);
+  f << "prompt_len,single_ttft_ms,disagg_ttft_ms,client_ttft_ms,prefill_ms,handoff_bytes,handoff_ms,"
+       "handoff_ttft_pct,handoff_exposed_ms,ttft_minus_prefill_ms,first_token,match\n";
+  for (const Result& r : results) {
+    auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string(); };
+    const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 2) : "";
+    f << r.len << "," << Fixed(r.single_ms, 3) << "," << col(r.ttft_ms, 3) << "," << col(r.client_ms, 3) << ","
+      << col(r.prefill_ms, 3) << "," << col(r.handoff_bytes, 0) << "," << col(r.handoff_ms, 3) << "," << share
+      << "," << col(r.handoff_exposed_ms, 3) << "," << col(r.exposed_ms, 3) << "," << r.single_token << ","
+      << (!r.have_disagg ? "" : r.match ? "match" : "MISMATCH") << "\n";
+  }
+  if (!f) pdserve::Die("cannot write '" + csv + "'");
+  std::printf("wrote %zu rows to %s\n", results.size(), csv.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,182 +375,26 @@ int main(int argc, char** argv) {
       "  taskset -c 1 pdserve-ttft-bench --model DIR --router 127.0.0.1:50191 --threads 1\n"
       "Progress goes to stderr, the table to stdout.");
 
-  const std::string model_dir = absl::GetFlag(FLAGS_model);
-  const std::string router = absl::GetFlag(FLAGS_router);
-  if (model_dir.empty()) pdserve::Die("--model DIR is required", 2);
-  const int trials = absl::GetFlag(FLAGS_trials);
-  if (trials < 1) pdserve::Die("--trials must be >= 1", 2);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  if (threads < 0) pdserve::Die("--threads must be >= 0 (0 = all cores)", 2);
-  const int64_t chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  if (chunk < 1) pdserve::Die("--prefill-chunk must be >= 1", 2);
-  const int64_t deadline_s = absl::GetFlag(FLAGS_deadline_s);
-  if (deadline_s < 1) pdserve::Die("--deadline-s must be >= 1", 2);
-  const std::string kd = absl::GetFlag(FLAGS_kv_dtype), wd = absl::GetFlag(FLAGS_weights_dtype);
-  auto kv_dtype = pdserve::ParseKvDtype(kd);
-  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
-  auto weights_dtype = pdserve::ParseWeightsDtype(wd);
-  if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
-  auto lens = pdserve::ParseIdList(absl::GetFlag(FLAGS_prompt_lens));
-  if (!lens.ok()) pdserve::Die("--prompt-lens: " + std::string(lens.status().message()), 2);
-  if (lens->empty()) pdserve::Die("--prompt-lens needs at least one length", 2);
-  for (int64_t n : *lens) {
-    if (n < 1) pdserve::Die("--prompt-lens: every length must be >= 1", 2);
-  }
-  const std::string csv = absl::GetFlag(FLAGS_csv_out);
-
-  pdserve::EngineOptions eo;
-  eo.weights_dtype = *weights_dtype;
-  eo.kv.dtype = *kv_dtype;
-  eo.prefill_chunk = chunk;
-  eo.num_threads = threads;
-  std::fprintf(stderr, "loading %s ...\n", model_dir.c_str());
-  auto loaded = pdserve::Engine::Load(model_dir, eo);
-  if (!loaded.ok()) pdserve::Die(loaded.status());
-  std::unique_ptr<pdserve::Engine> engine = std::move(*loaded);
+  const Options o = ParseOptions();
+  std::unique_ptr<pdserve::Engine> engine = LoadEngine(o);
   const pdserve::ModelConfig& c = engine->config();
   const std::string model_name = c.name;
-  const int64_t vocab = c.vocab_size, max_context = c.max_context;
-  if (vocab > static_cast<int64_t>(std::numeric_limits<uint32_t>::max())) pdserve::Die("vocab_size does not fit uint32");
-  for (int64_t n : *lens) {
-    // The router needs room for the one generated token.
-    const int64_t need = n + (router.empty() ? 0 : 1);
-    if (need > max_context) {
-      pdserve::Die(absl::StrCat("--prompt-lens: ", n, " tokens", router.empty() ? "" : " + 1 generated",
-                                " is above the model's max_context ", max_context),
-                   2);
-    }
-  }
-  const int64_t shortest = *std::min_element(lens->begin(), lens->end());
-
+  const int64_t vocab = c.vocab_size;
   std::printf("pdserve-ttft-bench: model %s (%s), weights %s, kv dtype %s, threads %d (requested %d), prefill chunk %lld\n",
-              model_name.c_str(), model_dir.c_str(), wd.c_str(), kd.c_str(), at::get_num_threads(), threads,
-              static_cast<long long>(chunk));
+              model_name.c_str(), o.model_dir.c_str(), o.wd.c_str(), o.kd.c_str(), at::get_num_threads(), o.threads,
+              static_cast<long long>(o.chunk));
   std::printf("router: %s; %d trial(s) per length, medians reported\n",
-              router.empty() ? "none (single-process only)" : router.c_str(), trials);
+              o.router.empty() ? "none (single-process only)" : o.router.c_str(), o.trials);
 
-  std::vector<Result> results(lens->size());
-  for (size_t k = 0; k < lens->size(); ++k) results[k].len = (*lens)[k];
-
-  // ---- Phase 1: every single-process trial.
-  {
-    double warm_ms = 0;
-    SingleTtft(*engine, MakePrompt(shortest, vocab), &warm_ms);
-    std::fprintf(stderr, "single: warmup (%lld tokens) %.1f ms\n", static_cast<long long>(shortest), warm_ms);
-  }
-  for (Result& r : results) {
-    const std::vector<int64_t> ids = MakePrompt(r.len, vocab);
-    std::vector<double> ms;
-    for (int t = 0; t < trials; ++t) {
-      double m = 0;
-      const int64_t tok = SingleTtft(*engine, ids, &m);
-      ms.push_back(m);
-      if (t == 0) {
-        r.single_token = tok;
-      } else if (tok != r.single_token) {
-        r.single_consistent = false;
-        std::fprintf(stderr, "warning: in-process first token differs between trials at len %lld: %lld vs %lld\n",
-                     static_cast<long long>(r.len), static_cast<long long>(tok),
-                     static_cast<long long>(r.single_token));
-      }
-      std::fprintf(stderr, "single len=%lld trial %d/%d: %.2f ms (token %lld)\n", static_cast<long long>(r.len), t + 1,
-                   trials, m, static_cast<long long>(tok));
-    }
-    r.single_ms = Median(ms);
-  }
+  std::vector<Result> results(o.lens.size());
+  for (size_t k = 0; k < o.lens.size(); ++k) results[k].len = o.lens[k];
+  RunSinglePhase(*engine, o, &results);
   // Free the in-process engine (its weights and threads' work) before the
   // stack runs; the gRPC phase needs only the prompts.
   engine.reset();
+  if (!o.router.empty()) RunDisaggPhase(o, vocab, &results);
 
-  // ---- Phase 2: every gRPC trial.
-  if (!router.empty()) {
-    auto channel = pdserve::MakeChannel(router);
-    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
-      pdserve::Die("cannot connect to the router at " + router + " within 10 s");
-    }
-    auto stub = pdserve::v1::Generator::NewStub(channel);
-    {
-      const DisaggTrial w = DisaggTtft(stub.get(), MakePrompt(shortest, vocab), deadline_s);
-      std::fprintf(stderr, "disagg: warmup (%lld tokens) client %.1f ms, router %.1f ms\n",
-                   static_cast<long long>(shortest), w.client_ttft_ms, NsToMs(w.usage.ttft_ns()));
-    }
-    for (Result& r : results) {
-      const std::vector<int64_t> ids = MakePrompt(r.len, vocab);
-      std::vector<double> ttft, client, prefill, hbytes, hms, hexp, exposed;
-      for (int t = 0; t < trials; ++t) {
-        const DisaggTrial d = DisaggTtft(stub.get(), ids, deadline_s);
-        const pdserve::v1::Usage& u = d.usage;
-        ttft.push_back(NsToMs(u.ttft_ns()));
-        client.push_back(d.client_ttft_ms);
-        prefill.push_back(NsToMs(u.prefill_ns()));
-        hbytes.push_back(static_cast<double>(u.kv_handoff_bytes()));
-        hms.push_back(NsToMs(u.kv_handoff_ns()));
-        hexp.push_back(NsToMs(u.kv_handoff_exposed_ns()));
-        exposed.push_back(NsToMs(static_cast<double>(u.ttft_ns()) - static_cast<double>(u.prefill_ns())));
-        r.disagg_tokens.push_back(d.first_token);
-        std::fprintf(stderr,
-                     "disagg len=%lld trial %d/%d: router TTFT %.2f ms, client %.2f ms, prefill %.2f ms, "
-                     "hand-off %llu B in %.2f ms (%.2f ms exposed) (token %lld)\n",
-                     static_cast<long long>(r.len), t + 1, trials, ttft.back(), client.back(), prefill.back(),
-                     static_cast<unsigned long long>(u.kv_handoff_bytes()), hms.back(), hexp.back(),
-                     static_cast<long long>(d.first_token));
-      }
-      r.have_disagg = true;
-      r.ttft_ms = Median(ttft);
-      r.client_ms = Median(client);
-      r.prefill_ms = Median(prefill);
-      r.handoff_bytes = Median(hbytes);
-      r.handoff_ms = Median(hms);
-      r.handoff_exposed_ms = Median(hexp);
-      r.exposed_ms = Median(exposed);
-      r.match = r.single_consistent;
-      for (int64_t tok : r.disagg_tokens) r.match = r.match && tok == r.single_token;
-    }
-  }
-
-  // ---- Table.
-  std::printf("\n%10s %14s %14s %14s %11s %15s %12s %15s %16s %16s %12s  %s\n", "prompt_len", "single TTFT ms",
-              "disagg TTFT ms", "client TTFT ms", "prefill ms", "hand-off bytes", "hand-off ms", "hand-off/TTFT %",
-              "h-off exposed ms", "TTFT-prefill ms", "first token", "match");
-  bool any_mismatch = false;
-  for (const Result& r : results) {
-    auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string("-"); };
-    const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 1) : "-";
-    const char* match = !r.have_disagg ? "-" : r.match ? "match" : "MISMATCH";
-    any_mismatch = any_mismatch || (r.have_disagg && !r.match);
-    std::printf("%10lld %14.2f %14s %14s %11s %15s %12s %15s %16s %16s %12lld  %s\n", static_cast<long long>(r.len),
-                r.single_ms, col(r.ttft_ms, 2).c_str(), col(r.client_ms, 2).c_str(), col(r.prefill_ms, 2).c_str(),
-                col(r.handoff_bytes, 0).c_str(), col(r.handoff_ms, 2).c_str(), share.c_str(),
-                col(r.handoff_exposed_ms, 2).c_str(), col(r.exposed_ms, 2).c_str(), static_cast<long long>(r.single_token), match);
-  }
-  std::printf(
-      "(first token: the in-process greedy token; hand-off/TTFT = median hand-off ms / median router TTFT ms:\n"
-      " the hand-off starts with layer 0 of the last prefill chunk, so it overlaps prefill; h-off exposed is its\n"
-      " part after the first token; TTFT-prefill = median over trials of ttft_ns - prefill_ns)\n");
-  for (const Result& r : results) {
-    if (r.have_disagg && !r.match) {
-      std::string got;
-      for (int64_t t : r.disagg_tokens) absl::StrAppend(&got, got.empty() ? "" : ",", t);
-      std::printf("MISMATCH at len %lld: in-process %lld%s, disaggregated %s\n", static_cast<long long>(r.len),
-                  static_cast<long long>(r.single_token), r.single_consistent ? "" : " (not stable across trials)",
-                  got.c_str());
-    }
-  }
-
-  if (!csv.empty()) {
-    std::ofstream f(csv, std::ios::trunc);
-    f << "prompt_len,single_ttft_ms,disagg_ttft_ms,client_ttft_ms,prefill_ms,handoff_bytes,handoff_ms,"
-         "handoff_ttft_pct,handoff_exposed_ms,ttft_minus_prefill_ms,first_token,match\n";
-    for (const Result& r : results) {
-      auto col = [&](double v, int prec) { return r.have_disagg ? Fixed(v, prec) : std::string(); };
-      const std::string share = r.have_disagg && r.ttft_ms > 0 ? Fixed(100.0 * r.handoff_ms / r.ttft_ms, 2) : "";
-      f << r.len << "," << Fixed(r.single_ms, 3) << "," << col(r.ttft_ms, 3) << "," << col(r.client_ms, 3) << ","
-        << col(r.prefill_ms, 3) << "," << col(r.handoff_bytes, 0) << "," << col(r.handoff_ms, 3) << "," << share
-        << "," << col(r.handoff_exposed_ms, 3) << "," << col(r.exposed_ms, 3) << "," << r.single_token << ","
-        << (!r.have_disagg ? "" : r.match ? "match" : "MISMATCH") << "\n";
-    }
-    if (!f) pdserve::Die("cannot write '" + csv + "'");
-    std::printf("wrote %zu rows to %s\n", results.size(), csv.c_str());
-  }
+  const bool any_mismatch = PrintTable(results);
+  if (!o.csv.empty()) WriteCsv(o.csv, results);
   return any_mismatch ? 3 : 0;
 }

@@ -17,8 +17,8 @@
 #include "common/net/server.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "clients/cli_util.h"
-#include "clients/usage_json.h"
+#include "common/cli/cli_util.h"
+#include "common/cli/usage_json.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -99,19 +99,11 @@ std::string FinishReasonName(int reason) {
 
 double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  pdserve::InitCli(
-      argc, argv,
-      "Sends one prompt to a pdserve router and streams the generated text to stdout.\n"
-      "Usage: pdserve-cli [--router HOST:PORT] (--prompt TEXT | --prompt-ids 1,2,3)\n"
-      "       [--max-new-tokens N] [--temperature T --top-p P --top-k K --seed S]\n"
-      "       [--stop 'A,B'] [--ignore-eos] [--deadline-ms MS] [--json]\n"
-      "A one-line summary (finish reason, tokens, TTFT, TPOT, hand-off, workers) goes to stderr.\n"
-      "On an RPC error: 'pdserve-cli: error: CODE: message' and exit 1; bad flags exit 2.");
-  RejectRepeatedStop(argc, argv);
-
+// The request from the flags: the prompt as text or ids, and the sampling
+// parameters. Only checks the proto cannot express or that are fixed by the
+// API; the router owns the rest (its cap on max_new_tokens, top_p in (0, 1],
+// ...). Bad flags exit 2.
+pdserve::v1::GenerateRequest BuildRequest() {
   const std::string prompt = absl::GetFlag(FLAGS_prompt);
   const std::string prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
   if (prompt.empty() == prompt_ids.empty()) Die("give exactly one of --prompt TEXT and --prompt-ids 1,2,3", 2);
@@ -132,13 +124,10 @@ int main(int argc, char** argv) {
 
   const int64_t max_new = absl::GetFlag(FLAGS_max_new_tokens);
   const int64_t top_k = absl::GetFlag(FLAGS_top_k);
-  const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
   constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
-  // Only checks the proto cannot express or that are fixed by the API; the
-  // router owns the rest (its cap on max_new_tokens, top_p in (0, 1], ...).
   if (max_new < 1 || max_new > kU32Max) Die("--max-new-tokens must be in [1, 2^32)", 2);
   if (top_k < 0 || top_k > kU32Max) Die("--top-k must be in [0, 2^32)", 2);
-  if (deadline_ms < 0) Die("--deadline-ms must be >= 0 (0 = no deadline)", 2);
+  if (absl::GetFlag(FLAGS_deadline_ms) < 0) Die("--deadline-ms must be >= 0 (0 = no deadline)", 2);
 
   pdserve::v1::SamplingParams* s = req.mutable_sampling();
   s->set_max_new_tokens(static_cast<uint32_t>(max_new));
@@ -148,58 +137,69 @@ int main(int argc, char** argv) {
   s->set_seed(absl::GetFlag(FLAGS_seed));
   for (const std::string& stop : ParseStopList(absl::GetFlag(FLAGS_stop))) s->add_stop(stop);
   s->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  return req;
+}
 
-  const bool json = absl::GetFlag(FLAGS_json);
+// What the stream delivered.
+struct StreamResult {
+  std::vector<uint32_t> token_ids;
+  std::string text;
+  pdserve::v1::GenerateResponse last;  // the last message (finish reason, usage)
+  bool got_any = false;
+};
+
+// Runs the call, streaming text to stdout unless `json`. An RPC error exits 1.
+StreamResult StreamGenerate(const pdserve::v1::GenerateRequest& req, bool json) {
   const bool tty = !json && isatty(fileno(stdout));
-
+  const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
   auto channel = pdserve::MakeChannel(absl::GetFlag(FLAGS_router));
   auto stub = pdserve::v1::Generator::NewStub(channel);
   grpc::ClientContext ctx;
   if (deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
 
-  std::vector<uint32_t> token_ids;
-  std::string text;
-  pdserve::v1::GenerateResponse last;
-  bool got_any = false;
+  StreamResult out;
   pdserve::v1::GenerateResponse resp;
   std::unique_ptr<grpc::ClientReader<pdserve::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
   while (reader->Read(&resp)) {
-    token_ids.insert(token_ids.end(), resp.token_ids().begin(), resp.token_ids().end());
-    text += resp.text();
+    out.token_ids.insert(out.token_ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.text += resp.text();
     if (!json && !resp.text().empty()) {
       std::fwrite(resp.text().data(), 1, resp.text().size(), stdout);
       std::fflush(stdout);
     }
-    last = resp;
-    got_any = true;
+    out.last = resp;
+    out.got_any = true;
   }
   const grpc::Status status = reader->Finish();
   // On a terminal, end the streamed text with a newline so the prompt (or the
   // error) starts on its own line; piped output is exactly the generated text.
-  if (tty && !text.empty() && text.back() != '\n') {
+  if (tty && !out.text.empty() && out.text.back() != '\n') {
     std::fputc('\n', stdout);
     std::fflush(stdout);
   }
   if (!status.ok()) {
     Die(absl::StrCat(pdserve::GrpcCodeName(status.error_code()), ": ", status.error_message()), 1);
   }
-  if (!got_any || last.finish_reason() == pdserve::v1::FINISH_REASON_UNSPECIFIED) {
-    std::fprintf(stderr, "pdserve-cli: warning: the stream ended without a finish reason\n");
-  }
+  return out;
+}
 
+// --json: one object on stdout.
+void PrintJson(const StreamResult& r) {
+  const pdserve::v1::GenerateResponse& last = r.last;
+  nlohmann::ordered_json j = {
+      {"token_ids", r.token_ids},
+      {"text", r.text},
+      {"finish_reason", FinishReasonName(last.finish_reason())},
+      {"usage", last.has_usage() ? pdserve::UsageToJson(last.usage()) : nlohmann::ordered_json(nullptr)},
+      {"request_id", last.request_id()},
+  };
+  // The router sends whole UTF-8 characters; replace rather than throw if not.
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+}
+
+// The one-line summary on stderr.
+void PrintSummary(const pdserve::v1::GenerateResponse& last) {
   const pdserve::v1::Usage& u = last.usage();
-  if (json) {
-    nlohmann::ordered_json j = {
-        {"token_ids", token_ids},
-        {"text", text},
-        {"finish_reason", FinishReasonName(last.finish_reason())},
-        {"usage", last.has_usage() ? pdserve::UsageToJson(u) : nlohmann::ordered_json(nullptr)},
-        {"request_id", last.request_id()},
-    };
-    // The router sends whole UTF-8 characters; replace rather than throw if not.
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
-    return 0;
-  }
   std::fprintf(stderr,
                "finish=%s prompt_tokens=%u generated_tokens=%u ttft_ms=%.3f tpot_ms=%.3f e2e_ms=%.3f "
                "kv_handoff_bytes=%llu kv_handoff_ms=%.3f (exposed %.3f) workers=%s->%s request_id=%s\n",
@@ -207,5 +207,31 @@ int main(int argc, char** argv) {
                Ms(u.ttft_ns()), Ms(u.tpot_ns()), Ms(u.e2e_ns()), static_cast<unsigned long long>(u.kv_handoff_bytes()),
                Ms(u.kv_handoff_ns()), Ms(u.kv_handoff_exposed_ns()), u.prefill_worker().empty() ? "?" : u.prefill_worker().c_str(),
                u.decode_worker().empty() ? "?" : u.decode_worker().c_str(), last.request_id().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::InitCli(
+      argc, argv,
+      "Sends one prompt to a pdserve router and streams the generated text to stdout.\n"
+      "Usage: pdserve-cli [--router HOST:PORT] (--prompt TEXT | --prompt-ids 1,2,3)\n"
+      "       [--max-new-tokens N] [--temperature T --top-p P --top-k K --seed S]\n"
+      "       [--stop 'A,B'] [--ignore-eos] [--deadline-ms MS] [--json]\n"
+      "A one-line summary (finish reason, tokens, TTFT, TPOT, hand-off, workers) goes to stderr.\n"
+      "On an RPC error: 'pdserve-cli: error: CODE: message' and exit 1; bad flags exit 2.");
+  RejectRepeatedStop(argc, argv);
+
+  const pdserve::v1::GenerateRequest req = BuildRequest();
+  const bool json = absl::GetFlag(FLAGS_json);
+  const StreamResult r = StreamGenerate(req, json);
+  if (!r.got_any || r.last.finish_reason() == pdserve::v1::FINISH_REASON_UNSPECIFIED) {
+    std::fprintf(stderr, "pdserve-cli: warning: the stream ended without a finish reason\n");
+  }
+  if (json) {
+    PrintJson(r);
+  } else {
+    PrintSummary(r.last);
+  }
   return 0;
 }

@@ -1,17 +1,18 @@
 // pdserve-generate: the single-process reference. Loads a checkpoint,
 // generates, prints {"token_ids": [...]} on stdout; with --prompts-jsonl,
-// one line out per prompt line in, from one loaded model.
+// one line out per prompt line in, from one loaded model. The engine flags
+// (--model, --weights-dtype, ...) are common/engine/engine_flags.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
+#include "common/engine/engine_flags.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
 ABSL_FLAG(std::string, prompt_ids, "", "Prompt token ids, comma-separated: 1,2,3.");
 ABSL_FLAG(std::string, prompts_jsonl, "",
           "Instead of --prompt-ids: a file with one JSON object per line, {\"token_ids\": [...]} plus any other "
@@ -22,11 +23,7 @@ ABSL_FLAG(float, top_p, 1.0f, "Nucleus mass in (0, 1]; 0 or >= 1 keeps all.");
 ABSL_FLAG(int64_t, top_k, 0, "Keep the k most likely tokens; 0 keeps all.");
 ABSL_FLAG(uint64_t, seed, 0, "Sampling seed (counter-based: u(seed, n)).");
 ABSL_FLAG(bool, no_cache, false, "Reference path: replay the whole prefix every step.");
-ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
-ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or bf16.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage: f32 or bf16.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past eos_token_id.");
-ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
 
 namespace {
 
@@ -69,25 +66,14 @@ int main(int argc, char** argv) {
                    "Generates tokens in one process and prints {\"token_ids\": [...]}.\n"
                    "Usage: pdserve-generate --model DIR (--prompt-ids 1,2,3 | --prompts-jsonl FILE) --max-new-tokens N\n"
                    "       [--temperature T --top-p P --top-k K --seed S] [--no-cache]");
-  const std::string model = absl::GetFlag(FLAGS_model);
-  if (model.empty()) pdserve::Die("--model is required", 2);
+  auto flags = pdserve::EngineFlagsFromCommandLine();
+  if (!flags.ok()) pdserve::Die(flags.status(), 2);
   const std::string jsonl = absl::GetFlag(FLAGS_prompts_jsonl);
   auto prompt = pdserve::ParseIdList(absl::GetFlag(FLAGS_prompt_ids));
   if (!prompt.ok()) pdserve::Die("--prompt-ids: " + std::string(prompt.status().message()), 2);
   if (prompt->empty() == jsonl.empty()) pdserve::Die("give exactly one of --prompt-ids and --prompts-jsonl", 2);
 
-  pdserve::EngineOptions eo;
-  auto wd = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
-  if (!wd.ok()) pdserve::Die("--weights-dtype: " + std::string(wd.status().message()), 2);
-  auto kd = pdserve::ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kd.ok()) pdserve::Die("--kv-dtype: " + std::string(kd.status().message()), 2);
-  eo.weights_dtype = *wd;
-  eo.kv.dtype = *kd;
-  eo.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  eo.num_threads = absl::GetFlag(FLAGS_threads);
-  if (eo.prefill_chunk < 1) pdserve::Die("--prefill-chunk must be >= 1", 2);
-
-  auto engine = pdserve::Engine::Load(model, eo);
+  auto engine = pdserve::Engine::Load(flags->model_dir, flags->options);
   if (!engine.ok()) pdserve::Die(engine.status());
 
   pdserve::GenerateRequest req;

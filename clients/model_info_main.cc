@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/model/config.h"
 #include "nlohmann/json.hpp"
 

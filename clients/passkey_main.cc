@@ -28,10 +28,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "clients/cli_util.h"
-#include "clients/passkey.h"
+#include "common/cli/cli_util.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
+#include "common/passkey/passkey.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/generate.grpc.pb.h"
@@ -194,65 +194,66 @@ absl::StatusOr<std::vector<int64_t>> ParseLengths(const std::string& text) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  pdserve::InitCli(
-      argc, argv,
-      "Passkey retrieval (Mohtashami & Jaggi, 2023) against a pdserve router.\n"
-      "Usage: pdserve-passkey [--router HOST:PORT] [--context-lengths 1024,2048,4096] [--n-trials 5]\n"
-      "       [--position start|middle|end|DEPTH] [--seed 0] [--target 0.85] [--concurrency 4]\n"
-      "       [--json-out FILE] [--require-target] [--max-new-tokens 16] [--deadline-s S]\n"
-      "Prompts are sized with the router's Tokenize RPC to each length (never over, under by less than\n"
-      "one filler word); each trial asks for its 5-digit passkey, greedy, and the answer is the first\n"
-      "\\b\\d{5}\\b of the generated text. Prints a table per length and a PASS/WARNING headline for the\n"
-      "largest; progress goes to stderr. Table: prompt = median prompt tokens, failed = RPC errors (counted\n"
-      "as wrong), 5-digit = answers holding any 5-digit number, latencies client-side end to end.\n"
-      "Exit: 0 (target met or not), 1 when the router cannot be reached or every trial failed,\n"
-      "2 on bad flags, 3 when --require-target is given and the largest length misses --target.");
-
+// ---- The run's configuration: the flags, checked (bad values exit 2).
+struct Config {
   Options opt;
+  std::vector<int64_t> lengths;
+  pdserve::PasskeyPosition position;
+  int64_t n_trials = 0;
+  double target = 0;
+  int64_t concurrency = 0;
+  uint64_t seed = 0;
+  std::string json_out;
+};
+
+Config ParseConfig() {
+  Config c;
+  Options& opt = c.opt;
   opt.router = absl::GetFlag(FLAGS_router);
   opt.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   opt.deadline_s = absl::GetFlag(FLAGS_deadline_s);
   absl::StatusOr<std::vector<int64_t>> lengths = ParseLengths(absl::GetFlag(FLAGS_context_lengths));
   if (!lengths.ok()) Die("--context-lengths: " + std::string(lengths.status().message()), 2);
+  c.lengths = *std::move(lengths);
   absl::StatusOr<pdserve::PasskeyPosition> position = pdserve::ParsePasskeyPosition(absl::GetFlag(FLAGS_position));
   if (!position.ok()) Die("--position: " + std::string(position.status().message()), 2);
-  const int64_t n_trials = absl::GetFlag(FLAGS_n_trials);
-  if (n_trials < 1 || n_trials > pdserve::kPasskeySpace) Die("--n-trials must be in [1, 100000]", 2);
-  const double target = absl::GetFlag(FLAGS_target);
-  if (!(target >= 0 && target <= 1)) Die("--target must be in [0, 1]", 2);
-  const int64_t concurrency = absl::GetFlag(FLAGS_concurrency);
-  if (concurrency < 1 || concurrency > 1024) Die("--concurrency must be in [1, 1024]", 2);
+  c.position = *std::move(position);
+  c.n_trials = absl::GetFlag(FLAGS_n_trials);
+  if (c.n_trials < 1 || c.n_trials > pdserve::kPasskeySpace) Die("--n-trials must be in [1, 100000]", 2);
+  c.target = absl::GetFlag(FLAGS_target);
+  if (!(c.target >= 0 && c.target <= 1)) Die("--target must be in [0, 1]", 2);
+  c.concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (c.concurrency < 1 || c.concurrency > 1024) Die("--concurrency must be in [1, 1024]", 2);
   if (opt.max_new_tokens < 1 || opt.max_new_tokens > std::numeric_limits<uint32_t>::max()) {
     Die("--max-new-tokens must be in [1, 2^32)", 2);
   }
   if (!(opt.deadline_s >= 0)) Die("--deadline-s must be >= 0 (0 = none)", 2);
-  const uint64_t seed = absl::GetFlag(FLAGS_seed);
-  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.json_out = absl::GetFlag(FLAGS_json_out);
+  return c;
+}
 
-  auto channel = pdserve::MakeChannel(opt.router);
-  auto stub = pdserve::v1::Generator::NewStub(channel);
+// ---- The trials.
 
-  // Size one prompt per length (the filler is the same for all its trials;
-  // only the passkey's digits change, which a BPE may split into a token more
-  // or less: each trial's own count is recorded), then build every prompt.
+// Sizes one prompt per length (the filler is the same for all its trials;
+// only the passkey's digits change, which a BPE may split into a token more
+// or less: each trial's own count is recorded), then builds every prompt.
+std::vector<Trial> BuildTrials(pdserve::v1::Generator::Stub* stub, const Config& c) {
   std::vector<Trial> trials;
-  for (int64_t length : *lengths) {
-    absl::StatusOr<std::vector<int>> keys = pdserve::DrawPasskeys(n_trials, seed, length);
+  for (int64_t length : c.lengths) {
+    absl::StatusOr<std::vector<int>> keys = pdserve::DrawPasskeys(c.n_trials, c.seed, length);
     if (!keys.ok()) Die(keys.status(), 2);
     int calls = 0;
     const pdserve::TokenCounter counter = [&](const std::string& text) {
-      return CountTokens(stub.get(), opt.deadline_s, text);
+      return CountTokens(stub, c.opt.deadline_s, text);
     };
     absl::StatusOr<pdserve::PasskeyPrompt> sized = pdserve::SizePasskeyPrompt(
-        length, position->depth, pdserve::FormatPasskey(keys->front()), counter, &calls);
+        length, c.position.depth, pdserve::FormatPasskey(keys->front()), counter, &calls);
     if (!sized.ok()) {
       if (sized.status().code() == absl::StatusCode::kInvalidArgument) {
         Die(absl::StrCat("--context-lengths: ", sized.status().message()), 2);
       }
-      Die(absl::StrCat("cannot size the prompts through the router at ", opt.router, ": ", sized.status().message()),
+      Die(absl::StrCat("cannot size the prompts through the router at ", c.opt.router, ": ", sized.status().message()),
           1);
     }
     std::fprintf(stderr, "pdserve-passkey: length %lld: %lld prompt tokens (%lld filler words), %d Tokenize calls\n",
@@ -263,23 +264,30 @@ int main(int argc, char** argv) {
       t.context_length = length;
       t.index = i;
       t.passkey = pdserve::FormatPasskey((*keys)[i]);
-      t.prompt = pdserve::BuildPasskeyPrompt(length, sized->filler_words, position->depth, t.passkey);
+      t.prompt = pdserve::BuildPasskeyPrompt(length, sized->filler_words, c.position.depth, t.passkey);
       trials.push_back(std::move(t));
     }
   }
+  return trials;
+}
 
-  // A fixed pool of workers pulls trials in order; each runs one sync stream.
+// Runs every trial on a fixed pool of `concurrency` workers that pull trials
+// in order, each one sync stream, with progress on stderr. Returns the
+// elapsed seconds.
+double RunTrials(pdserve::v1::Generator::Stub* stub, const Options& opt, int64_t concurrency,
+                 std::vector<Trial>* trials) {
   std::atomic<size_t> next{0};
   std::mutex mu;
   std::condition_variable cv;
   size_t done = 0;
   std::vector<std::thread> workers;
-  const size_t n_workers = std::min<size_t>(static_cast<size_t>(concurrency), trials.size());
+  const size_t n = trials->size();
+  const size_t n_workers = std::min<size_t>(static_cast<size_t>(concurrency), n);
   const Clock::time_point run_start = Clock::now();
   for (size_t w = 0; w < n_workers; ++w) {
     workers.emplace_back([&] {
-      for (size_t i = next.fetch_add(1); i < trials.size(); i = next.fetch_add(1)) {
-        RunTrial(stub.get(), opt, &trials[i]);
+      for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+        RunTrial(stub, opt, &(*trials)[i]);
         std::lock_guard<std::mutex> lock(mu);
         ++done;
         cv.notify_all();
@@ -292,14 +300,14 @@ int main(int argc, char** argv) {
   {
     std::unique_lock<std::mutex> lock(mu);
     Clock::time_point last_print = Clock::now();
-    while (done < trials.size()) {
+    while (done < n) {
       // Until the next print is due: a finished trial wakes the wait early
       // (to redraw on a terminal) without pushing the next log line back.
       cv.wait_until(lock, last_print + period);
       const Clock::time_point now = Clock::now();
-      if (done < trials.size() && (tty || now - last_print >= period)) {
+      if (done < n && (tty || now - last_print >= period)) {
         const double elapsed = std::chrono::duration<double>(now - run_start).count();
-        const std::string line = ProgressLine(done, trials.size(), elapsed);
+        const std::string line = ProgressLine(done, n, elapsed);
         std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line.c_str());
         last_print = now;
       }
@@ -307,47 +315,52 @@ int main(int argc, char** argv) {
   }
   for (std::thread& w : workers) w.join();
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  std::fprintf(stderr, tty ? "\r%s\033[K\n" : "%s\n", ProgressLine(trials.size(), trials.size(), elapsed_s).c_str());
+  std::fprintf(stderr, tty ? "\r%s\033[K\n" : "%s\n", ProgressLine(n, n, elapsed_s).c_str());
+  return elapsed_s;
+}
 
-  // Per-length summary.
-  struct Row {
-    pdserve::LengthOutcome outcome;
-    double prompt_tokens_median = 0;
-    double p50 = 0, p90 = 0, ttft50 = 0;
-    std::string first_error;
-  };
-  std::vector<Row> rows;
-  int64_t failed_total = 0;
-  for (int64_t length : *lengths) {
-    Row r;
-    r.outcome.context_length = length;
-    std::vector<double> latency, ttft, prompt_tokens;
-    for (const Trial& t : trials) {
-      if (t.context_length != length) continue;
-      ++r.outcome.trials;
-      if (t.prompt_tokens >= 0) prompt_tokens.push_back(static_cast<double>(t.prompt_tokens));
-      if (t.failed) {
-        ++r.outcome.failed;
-        if (r.first_error.empty()) r.first_error = t.error;
-        continue;
-      }
-      if (t.correct) ++r.outcome.correct;
-      if (t.extracted) ++r.outcome.answers_with_number;
-      latency.push_back(t.latency_ms);
-      if (t.ttft_ms) ttft.push_back(*t.ttft_ms);
+// ---- The report.
+
+// One context length's outcome and statistics.
+struct Row {
+  pdserve::LengthOutcome outcome;
+  double prompt_tokens_median = 0;
+  double p50 = 0, p90 = 0, ttft50 = 0;
+  std::string first_error;
+};
+
+Row SummarizeLength(int64_t length, const std::vector<Trial>& trials) {
+  Row r;
+  r.outcome.context_length = length;
+  std::vector<double> latency, ttft, prompt_tokens;
+  for (const Trial& t : trials) {
+    if (t.context_length != length) continue;
+    ++r.outcome.trials;
+    if (t.prompt_tokens >= 0) prompt_tokens.push_back(static_cast<double>(t.prompt_tokens));
+    if (t.failed) {
+      ++r.outcome.failed;
+      if (r.first_error.empty()) r.first_error = t.error;
+      continue;
     }
-    r.prompt_tokens_median = pdserve::Quantile(prompt_tokens, 0.5);
-    r.p50 = pdserve::Quantile(latency, 0.5);
-    r.p90 = pdserve::Quantile(latency, 0.9);
-    r.ttft50 = pdserve::Quantile(ttft, 0.5);
-    failed_total += r.outcome.failed;
-    rows.push_back(std::move(r));
+    if (t.correct) ++r.outcome.correct;
+    if (t.extracted) ++r.outcome.answers_with_number;
+    latency.push_back(t.latency_ms);
+    if (t.ttft_ms) ttft.push_back(*t.ttft_ms);
   }
+  r.prompt_tokens_median = pdserve::Quantile(prompt_tokens, 0.5);
+  r.p50 = pdserve::Quantile(latency, 0.5);
+  r.p90 = pdserve::Quantile(latency, 0.9);
+  r.ttft50 = pdserve::Quantile(ttft, 0.5);
+  return r;
+}
 
+// The table of every length, then the first error of each length that had
+// failures.
+void PrintTable(const Config& c, const std::vector<Row>& rows) {
   std::printf("passkey retrieval, position %s (depth %.3g), %lld trials per length, greedy, max_new_tokens %lld, "
               "seed %llu\n",
-              position->name.c_str(), position->depth, static_cast<long long>(n_trials),
-              static_cast<long long>(opt.max_new_tokens), static_cast<unsigned long long>(seed));
+              c.position.name.c_str(), c.position.depth, static_cast<long long>(c.n_trials),
+              static_cast<long long>(c.opt.max_new_tokens), static_cast<unsigned long long>(c.seed));
   std::printf("%8s %8s %6s %6s %7s %8s %15s %7s %10s %10s %10s\n", "length", "prompt", "trials", "failed", "correct",
               "accuracy", "95% CI (Wilson)", "5-digit", "p50 ms", "p90 ms", "TTFT p50");
   for (const Row& r : rows) {
@@ -371,81 +384,129 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r.outcome.trials), r.first_error.c_str());
     }
   }
+}
+
+nlohmann::ordered_json LengthJson(const Row& r) {
+  const pdserve::LengthOutcome& o = r.outcome;
+  const pdserve::Interval ci = pdserve::WilsonInterval(o.correct, o.trials);
+  // NaN (no successful trial) is written as null.
+  return {{"context_length", o.context_length},
+          {"trials", o.trials},
+          {"failed", o.failed},
+          {"correct", o.correct},
+          {"accuracy", static_cast<double>(o.correct) / static_cast<double>(o.trials)},
+          {"ci95_low", ci.low},
+          {"ci95_high", ci.high},
+          {"answers_with_5_digits", o.answers_with_number},
+          {"latency_ms_p50", r.p50},
+          {"latency_ms_p90", r.p90},
+          {"ttft_ms_p50", r.ttft50},
+          {"first_error", NullIfEmpty(r.first_error)}};
+}
+
+nlohmann::ordered_json TrialJson(const Trial& t, const pdserve::PasskeyPosition& position) {
+  using nlohmann::ordered_json;
+  auto opt_num = [](int64_t v) { return v >= 0 ? ordered_json(v) : ordered_json(nullptr); };
+  return {{"context_length", t.context_length},
+          {"trial", t.index},
+          {"prompt_tokens", opt_num(t.prompt_tokens)},
+          {"usage_prompt_tokens", opt_num(t.usage_prompt_tokens)},
+          {"position", position.name},
+          {"depth", position.depth},
+          {"filler_words", t.prompt.filler_words},
+          {"filler_words_before", t.prompt.filler_words_before},
+          {"passkey", t.passkey},
+          {"answer_text", t.answer},
+          {"answer_token_ids", t.answer_ids},
+          {"extracted", t.extracted ? ordered_json(*t.extracted) : ordered_json(nullptr)},
+          {"correct", t.correct},
+          {"ttft_ms", t.ttft_ms ? ordered_json(*t.ttft_ms) : ordered_json(nullptr)},
+          {"latency_ms", t.latency_ms},
+          {"tokens", t.tokens},
+          {"finish_reason", NullIfEmpty(t.finish_reason)},
+          {"error", t.failed ? ordered_json(t.error) : ordered_json(nullptr)},
+          {"prompt", t.prompt.text}};
+}
+
+// Everything the run produced, for --json-out.
+struct Report {
+  std::vector<Trial> trials;
+  double elapsed_s = 0;
+  std::vector<Row> rows;
+  const Row* largest = nullptr;  // the headline's length
+  pdserve::Verdict verdict;
+};
+
+void WriteJson(const Config& c, const Report& rep) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["router"] = c.opt.router;
+  j["position"] = c.position.name;
+  j["depth"] = c.position.depth;
+  j["seed"] = c.seed;
+  j["n_trials"] = c.n_trials;
+  j["target"] = c.target;
+  j["max_new_tokens"] = c.opt.max_new_tokens;
+  j["elapsed_s"] = rep.elapsed_s;
+  j["lengths"] = ordered_json::array();
+  for (const Row& r : rep.rows) j["lengths"].push_back(LengthJson(r));
+  j["headline"] = {{"context_length", rep.largest->outcome.context_length},
+                   {"pass", rep.verdict.pass},
+                   {"line", rep.verdict.line}};
+  j["trials"] = ordered_json::array();
+  for (const Trial& t : rep.trials) j["trials"].push_back(TrialJson(t, c.position));
+  std::ofstream out(c.json_out);
+  // The router sends whole UTF-8 characters; replace rather than throw if not.
+  out << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+  out.close();
+  if (!out) Die(absl::StrCat("cannot write --json-out ", c.json_out), 1);
+  std::fprintf(stderr, "pdserve-passkey: wrote %zu trials to %s\n", rep.trials.size(), c.json_out.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::InitCli(
+      argc, argv,
+      "Passkey retrieval (Mohtashami & Jaggi, 2023) against a pdserve router.\n"
+      "Usage: pdserve-passkey [--router HOST:PORT] [--context-lengths 1024,2048,4096] [--n-trials 5]\n"
+      "       [--position start|middle|end|DEPTH] [--seed 0] [--target 0.85] [--concurrency 4]\n"
+      "       [--json-out FILE] [--require-target] [--max-new-tokens 16] [--deadline-s S]\n"
+      "Prompts are sized with the router's Tokenize RPC to each length (never over, under by less than\n"
+      "one filler word); each trial asks for its 5-digit passkey, greedy, and the answer is the first\n"
+      "\\b\\d{5}\\b of the generated text. Prints a table per length and a PASS/WARNING headline for the\n"
+      "largest; progress goes to stderr. Table: prompt = median prompt tokens, failed = RPC errors (counted\n"
+      "as wrong), 5-digit = answers holding any 5-digit number, latencies client-side end to end.\n"
+      "Exit: 0 (target met or not), 1 when the router cannot be reached or every trial failed,\n"
+      "2 on bad flags, 3 when --require-target is given and the largest length misses --target.");
+
+  const Config c = ParseConfig();
+  auto channel = pdserve::MakeChannel(c.opt.router);
+  auto stub = pdserve::v1::Generator::NewStub(channel);
+  Report rep;
+  rep.trials = BuildTrials(stub.get(), c);
+  rep.elapsed_s = RunTrials(stub.get(), c.opt, c.concurrency, &rep.trials);
+
+  int64_t failed_total = 0;
+  for (int64_t length : c.lengths) {
+    rep.rows.push_back(SummarizeLength(length, rep.trials));
+    failed_total += rep.rows.back().outcome.failed;
+  }
+  PrintTable(c, rep.rows);
   // The headline is the largest length: the claim a long-context model makes.
-  const Row& largest = *std::max_element(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+  rep.largest = &*std::max_element(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
     return a.outcome.context_length < b.outcome.context_length;
   });
-  const pdserve::Verdict verdict = pdserve::JudgePasskey(largest.outcome, target, position->name);
-  std::printf("%s\n", verdict.line.c_str());
+  rep.verdict = pdserve::JudgePasskey(rep.largest->outcome, c.target, c.position.name);
+  std::printf("%s\n", rep.verdict.line.c_str());
   std::fflush(stdout);
+  if (!c.json_out.empty()) WriteJson(c, rep);
 
-  if (!json_out.empty()) {
-    using nlohmann::ordered_json;
-    ordered_json j;
-    j["router"] = opt.router;
-    j["position"] = position->name;
-    j["depth"] = position->depth;
-    j["seed"] = seed;
-    j["n_trials"] = n_trials;
-    j["target"] = target;
-    j["max_new_tokens"] = opt.max_new_tokens;
-    j["elapsed_s"] = elapsed_s;
-    j["lengths"] = ordered_json::array();
-    for (const Row& r : rows) {
-      const pdserve::LengthOutcome& o = r.outcome;
-      const pdserve::Interval ci = pdserve::WilsonInterval(o.correct, o.trials);
-      // NaN (no successful trial) is written as null.
-      j["lengths"].push_back({{"context_length", o.context_length},
-                              {"trials", o.trials},
-                              {"failed", o.failed},
-                              {"correct", o.correct},
-                              {"accuracy", static_cast<double>(o.correct) / static_cast<double>(o.trials)},
-                              {"ci95_low", ci.low},
-                              {"ci95_high", ci.high},
-                              {"answers_with_5_digits", o.answers_with_number},
-                              {"latency_ms_p50", r.p50},
-                              {"latency_ms_p90", r.p90},
-                              {"ttft_ms_p50", r.ttft50},
-                              {"first_error", NullIfEmpty(r.first_error)}});
-    }
-    j["headline"] = {
-        {"context_length", largest.outcome.context_length}, {"pass", verdict.pass}, {"line", verdict.line}};
-    j["trials"] = ordered_json::array();
-    for (const Trial& t : trials) {
-      auto opt_num = [](int64_t v) { return v >= 0 ? ordered_json(v) : ordered_json(nullptr); };
-      j["trials"].push_back({{"context_length", t.context_length},
-                             {"trial", t.index},
-                             {"prompt_tokens", opt_num(t.prompt_tokens)},
-                             {"usage_prompt_tokens", opt_num(t.usage_prompt_tokens)},
-                             {"position", position->name},
-                             {"depth", position->depth},
-                             {"filler_words", t.prompt.filler_words},
-                             {"filler_words_before", t.prompt.filler_words_before},
-                             {"passkey", t.passkey},
-                             {"answer_text", t.answer},
-                             {"answer_token_ids", t.answer_ids},
-                             {"extracted", t.extracted ? ordered_json(*t.extracted) : ordered_json(nullptr)},
-                             {"correct", t.correct},
-                             {"ttft_ms", t.ttft_ms ? ordered_json(*t.ttft_ms) : ordered_json(nullptr)},
-                             {"latency_ms", t.latency_ms},
-                             {"tokens", t.tokens},
-                             {"finish_reason", NullIfEmpty(t.finish_reason)},
-                             {"error", t.failed ? ordered_json(t.error) : ordered_json(nullptr)},
-                             {"prompt", t.prompt.text}});
-    }
-    std::ofstream out(json_out);
-    // The router sends whole UTF-8 characters; replace rather than throw if not.
-    out << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
-    out.close();
-    if (!out) Die(absl::StrCat("cannot write --json-out ", json_out), 1);
-    std::fprintf(stderr, "pdserve-passkey: wrote %zu trials to %s\n", trials.size(), json_out.c_str());
-  }
-
-  if (failed_total == static_cast<int64_t>(trials.size())) {
+  if (failed_total == static_cast<int64_t>(rep.trials.size())) {
     Die(absl::StrCat("every trial failed (", failed_total, " RPC errors; see the table)"), 1);
   }
-  if (absl::GetFlag(FLAGS_require_target) && !verdict.pass) {
-    Die(absl::StrCat("--require-target: the largest length (", largest.outcome.context_length,
+  if (absl::GetFlag(FLAGS_require_target) && !rep.verdict.pass) {
+    Die(absl::StrCat("--require-target: the largest length (", rep.largest->outcome.context_length,
                      " tokens) missed the target"),
         3);
   }

@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "common/model/config.h"
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/incremental_detokenizer.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/cache_layout.h"
 #include "common/net/grpc_status.h"
 #include "common/util/status_macros.h"
 
@@ -192,7 +193,7 @@ void BatchScheduler::Shutdown() {
 }
 
 int64_t BatchScheduler::ReservationBytes(int64_t prompt_len, int64_t max_new_tokens) const {
-  return MixedKVCache::BytesFor(engine_->config(), engine_->options().kv.dtype, prompt_len + max_new_tokens);
+  return MixedKVCache::BytesFor(CacheLayout(engine_->config()), engine_->options().kv.dtype, prompt_len + max_new_tokens);
 }
 
 absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
@@ -209,7 +210,7 @@ absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request,
       return absl::InvalidArgumentError(absl::StrCat("local prefill of ", request.prompt_len,
                                                      " tokens is above this decode worker's limit of ",
                                                      options_.local_prefill_max_tokens,
-                                                     " (--local-prefill-max-tokens): send it through a prefill "
+                                                     " (--local-prefill-limit): send it through a prefill "
                                                      "worker"));
     }
     if (static_cast<int64_t>(request.local_prompt.size()) != request.prompt_len) {
@@ -340,7 +341,7 @@ void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffS
   }
   auto seq = engine_->NewSequence();
   const int64_t reserve = e->request.prompt_len + e->request.max_new_tokens;
-  auto cache = MixedKVCache::Import(engine_->config(), state, engine_->options().kv, reserve);
+  auto cache = MixedKVCache::Import(CacheLayout(engine_->config()), state, engine_->options().kv, reserve);
   if (!cache.ok()) {
     FailRequest(e, cache.status());
     return;

@@ -1,26 +1,21 @@
 // pdserve-decode: a decode worker. Receives KV hand-offs, decodes every
-// admitted sequence in one batched loop, streams tokens to the router.
+// admitted sequence in one batched loop, streams tokens to the router. Its
+// component flags are decode_service/decode_flags, the engine's
+// common/engine/engine_flags; the ones here are this process's.
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
+#include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/handoff/nccl_kv_receiver.h"
-#include "common/net/engine_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "decode_service/batch_scheduler.h"
+#include "decode_service/decode_flags.h"
 #include "decode_service/decode_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50052", "host:port to serve DecodeWorker on (port 0 picks one).");
-ABSL_FLAG(int64_t, kv_budget_mb, 4096, "KV bytes (MiB) all live sequences may reserve together.");
-ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
-ABSL_FLAG(int, handoff_timeout_s, 60,
-          "Seconds an admitted request may wait for its KV hand-off to start, and a started hand-off may go without "
-          "progress (the prefill worker sends a heartbeat every 5 s).");
-ABSL_FLAG(int64_t, local_prefill_max_tokens, 2048,
-          "Longest prompt a Decode call may ask this worker to prefill itself (it stalls running streams meanwhile); "
-          "longer ones get INVALID_ARGUMENT. Keep it >= the router's --local-prefill-max-tokens.");
 ABSL_FLAG(int, metrics_port, 9092, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
@@ -29,6 +24,47 @@ ABSL_FLAG(std::string, kv_transport, "grpc",
           "KV hand-off transport: grpc, or nccl (also accept NcclConnect from prefill workers and receive the "
           "payloads over NCCL on this worker's GPU; a pair that can't form a communicator uses gRPC).");
 
+namespace {
+
+constexpr char kProgram[] = "pdserve-decode";
+
+// --kv-transport: nullptr for grpc, the NCCL receiver for nccl (without
+// NCCL built in, one that refuses every NcclConnect). Exits 2 on a bad value.
+std::unique_ptr<pdserve::NcclKvReceiver> MakeReceiver() {
+  auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));
+  if (!transport.ok()) pdserve::Die(transport.status(), 2);
+  if (*transport == pdserve::KvTransport::kInProcess) {
+    pdserve::Die("--kv-transport inprocess needs the prefill worker in this process (use pdserve-local)", 2);
+  }
+  if (*transport != pdserve::KvTransport::kNccl) return nullptr;
+  if (!pdserve::NcclTransportBuilt()) {
+    std::fprintf(stderr, "%s: --kv-transport nccl: this binary was built without NCCL; the KV hand-off uses gRPC\n",
+                 kProgram);
+  }
+  return pdserve::MakeNcclKvReceiver();
+}
+
+// Serves `service` until SIGTERM or SIGINT, then lets live streams finish
+// (--drain-timeout-s) and cancels what is left.
+void ServeUntilSignal(pdserve::DecodeService* service, pdserve::BatchScheduler* scheduler,
+                      pdserve::MetricsRegistry* metrics, int64_t kv_budget_bytes) {
+  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {service});
+  if (!server.ok()) pdserve::Die(server.status());
+  std::fprintf(stderr, "%s: serving on port %d (KV budget %lld MiB)\n", kProgram, server->port,
+               static_cast<long long>(kv_budget_bytes >> 20));
+  auto metrics_server =
+      pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
+  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
+
+  const int sig = pdserve::WaitForShutdownSignal();
+  std::fprintf(stderr, "%s: signal %d, draining\n", kProgram, sig);
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
+  scheduler->Shutdown();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;
@@ -36,49 +72,18 @@ int main(int argc, char** argv) {
                    "A pdserve decode worker.\n"
                    "Usage: pdserve-decode --model DIR [--listen 0.0.0.0:50052] [--kv-dtype f32|bf16]\n"
                    "       [--kv-budget-mb MB] [--max-batch N] [--threads N] [--kv-transport grpc|nccl]");
-  auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));
-  if (!transport.ok()) pdserve::Die(transport.status(), 2);
-  if (*transport == pdserve::KvTransport::kInProcess) {
-    pdserve::Die("--kv-transport inprocess needs the prefill worker in this process (use pdserve-local)", 2);
-  }
+  auto options = pdserve::DecodeOptionsFromFlags();
+  if (!options.ok()) pdserve::Die(options.status(), 2);
   // Outlives the server: PushKv reactors receive through it.
-  std::unique_ptr<pdserve::NcclKvReceiver> nccl;
-  if (*transport == pdserve::KvTransport::kNccl) {
-    if (!pdserve::NcclTransportBuilt()) {
-      std::fprintf(stderr, "pdserve-decode: --kv-transport nccl: this binary was built without NCCL; the KV "
-                           "hand-off uses gRPC\n");
-    }
-    nccl = pdserve::MakeNcclKvReceiver();  // without NCCL: refuses every NcclConnect
-  }
+  std::unique_ptr<pdserve::NcclKvReceiver> nccl = MakeReceiver();
   auto loaded = pdserve::LoadEngineFromFlags();
   if (!loaded.ok()) pdserve::Die(loaded.status());
 
-  pdserve::BatchSchedulerOptions so;
-  so.kv_budget_bytes = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
-  so.max_batch = absl::GetFlag(FLAGS_max_batch);
-  so.handoff_timeout = absl::Seconds(absl::GetFlag(FLAGS_handoff_timeout_s));
-  so.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
-  so.model_fingerprint = loaded->fingerprint;
-  so.metrics = &metrics;
-  if (so.kv_budget_bytes <= 0 || so.max_batch < 1) pdserve::Die("--kv-budget-mb and --max-batch must be >= 1", 2);
-  pdserve::BatchScheduler scheduler(loaded->engine.get(), so);
+  options->model_fingerprint = loaded->fingerprint;
+  options->metrics = &metrics;
+  pdserve::BatchScheduler scheduler(loaded->engine.get(), *options);
   scheduler.Start();
   pdserve::DecodeService service(&scheduler, nccl.get());
-
-  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {&service});
-  if (!server.ok()) pdserve::Die(server.status());
-  std::fprintf(stderr, "pdserve-decode: serving on port %d (KV budget %lld MiB)\n", server->port,
-               static_cast<long long>(absl::GetFlag(FLAGS_kv_budget_mb)));
-
-  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-                                              &metrics, "pdserve-decode");
-  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
-
-  const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "pdserve-decode: signal %d, draining\n", sig);
-  // Stop taking calls, let live streams finish, then cancel what is left.
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
-  scheduler.Shutdown();
+  ServeUntilSignal(&service, &scheduler, &metrics, options->kv_budget_bytes);
   return 0;
 }

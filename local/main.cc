@@ -3,117 +3,183 @@
 // picks; one copy of the weights shared by both workers, and the in-process
 // KV hand-off between them (the same chunks and checks as over gRPC).
 // Stops cleanly on SIGTERM or Ctrl-C.
+//
+// The component flags are the standalone binaries' own (router_flags,
+// decode_flags, prefill_flags, engine_flags: one default each); the ones
+// here are this process's: its port, /metrics and the hand-off transport.
+//
+//   StartDecodeWorker / StartPrefillWorker / StartRouter  one component each
+//   ServeUntilSignal                                      /metrics, then stop
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
+#include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
-#include "common/net/engine_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "decode_service/batch_scheduler.h"
+#include "decode_service/decode_flags.h"
 #include "decode_service/decode_service.h"
+#include "prefill_service/prefill_flags.h"
 #include "prefill_service/prefill_service.h"
+#include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
 
 ABSL_FLAG(int, port, 50051, "Router port on 127.0.0.1.");
-ABSL_FLAG(int64_t, kv_budget_mb, 2048, "Decode worker KV budget (MiB).");
-ABSL_FLAG(int, max_batch, 64, "Sequences per decode step.");
-ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
-ABSL_FLAG(int64_t, local_prefill_max_tokens, 0,
-          "Prompts of at most this many tokens are prefilled on the decode worker itself (no prefill "
-          "worker, no KV hand-off); 0 turns it off.");
-ABSL_FLAG(bool, log_requests, false, "Print one line per finished request on stderr.");
 ABSL_FLAG(int, metrics_port, 0, "HTTP port for Prometheus /metrics of all three; 0 picks one (printed), -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the /metrics HTTP server binds (loopback, like the rest of pdserve-local).");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
 
-int main(int argc, char** argv) {
-  pdserve::BlockShutdownSignals();
-  pdserve::MetricsRegistry metrics;  // one registry: the series names say which component
-  pdserve::InitCli(argc, argv,
-                   "Runs router + prefill + decode on loopback in one process.\n"
-                   "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
+namespace {
+
+constexpr char kProgram[] = "pdserve-local";
+
+// The flags of all three components, validated before the model loads.
+struct LocalOptions {
+  pdserve::KvTransport transport;
+  pdserve::BatchSchedulerOptions decode;
+  pdserve::PrefillServiceOptions prefill;
+  pdserve::RouterOptions router;
+};
+
+LocalOptions OptionsFromFlags(pdserve::MetricsRegistry* metrics) {
   auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));
   if (!transport.ok()) pdserve::Die(transport.status(), 2);
-  auto loaded = pdserve::LoadEngineFromFlags();
-  if (!loaded.ok()) pdserve::Die(loaded.status());
-  const pdserve::Engine* engine = loaded->engine.get();
+  auto decode = pdserve::DecodeOptionsFromFlags();
+  if (!decode.ok()) pdserve::Die(decode.status(), 2);
+  auto prefill = pdserve::PrefillOptionsFromFlags();
+  if (!prefill.ok()) pdserve::Die(prefill.status(), 2);
+  auto router = pdserve::RouterOptionsFromFlags();
+  if (!router.ok()) pdserve::Die(router.status(), 2);
+  LocalOptions o{*transport, *std::move(decode), *std::move(prefill), *std::move(router)};
+  // The decode worker prefills whatever the router sends it to.
+  o.decode.local_prefill_max_tokens = std::max(o.decode.local_prefill_max_tokens, o.router.local_prefill_max_tokens);
+  o.decode.metrics = o.prefill.metrics = o.router.metrics = metrics;  // one registry: series names say which
+  return o;
+}
 
-  // Decode worker.
-  pdserve::BatchSchedulerOptions so;
-  so.kv_budget_bytes = absl::GetFlag(FLAGS_kv_budget_mb) << 20;
-  so.max_batch = absl::GetFlag(FLAGS_max_batch);
-  so.model_fingerprint = loaded->fingerprint;
-  so.metrics = &metrics;
-  so.local_prefill_max_tokens = std::max(so.local_prefill_max_tokens, absl::GetFlag(FLAGS_local_prefill_max_tokens));
-  pdserve::BatchScheduler scheduler(engine, so);
-  scheduler.Start();
-  pdserve::DecodeService decode_service(&scheduler);
-  auto decode_server = pdserve::StartServer("127.0.0.1:0", {&decode_service});
-  if (!decode_server.ok()) pdserve::Die(decode_server.status());
-  const std::string decode_address = absl::StrCat("127.0.0.1:", decode_server->port);
-  pdserve::InProcessKvRegistry::Global().Register(decode_address, &scheduler);
+// A gRPC server on a loopback port the kernel picks, and its address.
+struct LoopbackServer {
+  pdserve::StartedServer started;
+  std::string address;
+};
 
-  // Prefill worker.
-  auto sender = pdserve::MakeKvSender(*transport, engine->config());
-  pdserve::PrefillServiceOptions po;
-  po.model_fingerprint = loaded->fingerprint;
-  po.allowed_decode_addresses = {decode_address};
-  po.metrics = &metrics;
-  pdserve::PrefillService prefill_service(engine, sender.get(), po);
-  prefill_service.Start();
-  auto prefill_server = pdserve::StartServer("127.0.0.1:0", {&prefill_service});
-  if (!prefill_server.ok()) pdserve::Die(prefill_server.status());
-  const std::string prefill_address = absl::StrCat("127.0.0.1:", prefill_server->port);
+LoopbackServer StartLoopback(grpc::Service* service) {
+  auto server = pdserve::StartServer("127.0.0.1:0", {service});
+  if (!server.ok()) pdserve::Die(server.status());
+  const int port = server->port;
+  return {*std::move(server), absl::StrCat("127.0.0.1:", port)};
+}
 
-  // Router.
-  auto tokenizer = pdserve::MakeTokenizer(engine->config(), loaded->model_dir);
-  if (absl::IsUnimplemented(tokenizer.status()) || absl::IsNotFound(tokenizer.status())) {
-    // A model without its tokenizer file (random weights for benchmarks) is
-    // still served, as token ids; say so once, loudly.
-    std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", "pdserve-local",
-                 std::string(tokenizer.status().message()).c_str());
-    tokenizer = pdserve::MakeIdsOnlyTokenizer(engine->config().vocab_size, std::string(tokenizer.status().message()));
-  }
+struct DecodeWorker {
+  std::unique_ptr<pdserve::BatchScheduler> scheduler;
+  std::unique_ptr<pdserve::DecodeService> service;
+  LoopbackServer server;
+};
+
+// The decode worker, registered for the in-process hand-off.
+DecodeWorker StartDecodeWorker(const pdserve::LoadedEngine& loaded, pdserve::BatchSchedulerOptions options) {
+  options.model_fingerprint = loaded.fingerprint;
+  DecodeWorker w;
+  w.scheduler = std::make_unique<pdserve::BatchScheduler>(loaded.engine.get(), options);
+  w.scheduler->Start();
+  w.service = std::make_unique<pdserve::DecodeService>(w.scheduler.get());
+  w.server = StartLoopback(w.service.get());
+  pdserve::InProcessKvRegistry::Global().Register(w.server.address, w.scheduler.get());
+  return w;
+}
+
+struct PrefillWorker {
+  std::unique_ptr<pdserve::KvSender> sender;
+  std::unique_ptr<pdserve::PrefillService> service;
+  LoopbackServer server;
+};
+
+// The prefill worker; it hands off to `decode_address` only.
+PrefillWorker StartPrefillWorker(const pdserve::LoadedEngine& loaded, pdserve::KvTransport transport,
+                                 pdserve::PrefillServiceOptions options, const std::string& decode_address) {
+  options.model_fingerprint = loaded.fingerprint;
+  options.allowed_decode_addresses = {decode_address};
+  PrefillWorker w;
+  w.sender = pdserve::MakeKvSender(transport, loaded.engine->config());
+  w.service = std::make_unique<pdserve::PrefillService>(loaded.engine.get(), w.sender.get(), options);
+  w.service->Start();
+  w.server = StartLoopback(w.service.get());
+  return w;
+}
+
+struct Router {
+  std::unique_ptr<pdserve::WorkerPool> prefill_pool;
+  std::unique_ptr<pdserve::WorkerPool> decode_pool;
+  std::unique_ptr<pdserve::RouterService> service;
+  pdserve::StartedServer server;
+};
+
+// The router on 127.0.0.1:--port, in front of the two workers.
+Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions options,
+                   const std::string& prefill_address, const std::string& decode_address) {
+  const pdserve::ModelConfig& config = loaded.engine->config();
+  auto tokenizer = pdserve::MakeServingTokenizer(config, loaded.model_dir, kProgram);
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
   pdserve::WorkerPoolOptions ppo, dpo;
   ppo.addresses = {prefill_address};
   dpo.addresses = {decode_address};
-  pdserve::WorkerPool prefill_pool(pdserve::WorkerKind::kPrefill, ppo);
-  pdserve::WorkerPool decode_pool(pdserve::WorkerKind::kDecode, dpo);
-  prefill_pool.Start();
-  decode_pool.Start();
-  pdserve::RouterOptions ro;
-  ro.limits.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
-  ro.log_requests = absl::GetFlag(FLAGS_log_requests);
-  ro.local_prefill_max_tokens = absl::GetFlag(FLAGS_local_prefill_max_tokens);
-  ro.metrics = &metrics;
-  pdserve::RouterService router(engine->config(), std::move(*tokenizer), &prefill_pool, &decode_pool, ro);
-  auto router_server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {&router});
-  if (!router_server.ok()) pdserve::Die(router_server.status());
-  std::fprintf(stderr,
-               "pdserve-local: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); "
-               "Ctrl-C stops\n",
-               router_server->port, prefill_address.c_str(), decode_address.c_str(),
-               absl::GetFlag(FLAGS_kv_transport).c_str());
+  Router r;
+  r.prefill_pool = std::make_unique<pdserve::WorkerPool>(pdserve::WorkerKind::kPrefill, ppo);
+  r.decode_pool = std::make_unique<pdserve::WorkerPool>(pdserve::WorkerKind::kDecode, dpo);
+  r.prefill_pool->Start();
+  r.decode_pool->Start();
+  r.service = std::make_unique<pdserve::RouterService>(config, std::move(*tokenizer), r.prefill_pool.get(),
+                                                       r.decode_pool.get(), std::move(options));
+  auto server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {r.service.get()});
+  if (!server.ok()) pdserve::Die(server.status());
+  r.server = *std::move(server);
+  return r;
+}
 
-  auto metrics_server = pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-                                              &metrics, "pdserve-local");
+// Serves /metrics until SIGTERM or SIGINT, then stops the router, the
+// prefill worker and the decode worker, in that order.
+void ServeUntilSignal(pdserve::MetricsRegistry* metrics, Router* router, PrefillWorker* prefill,
+                      DecodeWorker* decode) {
+  auto metrics_server =
+      pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "pdserve-local: signal %d, stopping\n", sig);
+  std::fprintf(stderr, "%s: signal %d, stopping\n", kProgram, sig);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
-  router_server->server->Shutdown(deadline);
-  prefill_server->server->Shutdown(deadline);
-  prefill_service.Shutdown();
-  pdserve::InProcessKvRegistry::Global().Unregister(decode_address);
-  decode_server->server->Shutdown(deadline);
-  scheduler.Shutdown();
+  router->server.server->Shutdown(deadline);
+  prefill->server.started.server->Shutdown(deadline);
+  prefill->service->Shutdown();
+  pdserve::InProcessKvRegistry::Global().Unregister(decode->server.address);
+  decode->server.started.server->Shutdown(deadline);
+  decode->scheduler->Shutdown();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pdserve::BlockShutdownSignals();
+  pdserve::MetricsRegistry metrics;
+  pdserve::InitCli(argc, argv,
+                   "Runs router + prefill + decode on loopback in one process.\n"
+                   "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
+  LocalOptions options = OptionsFromFlags(&metrics);
+  auto loaded = pdserve::LoadEngineFromFlags();
+  if (!loaded.ok()) pdserve::Die(loaded.status());
+
+  DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);
+  PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);
+  Router router = StartRouter(*loaded, std::move(options.router), prefill.server.address, decode.server.address);
+  std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
+               router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
+               absl::GetFlag(FLAGS_kv_transport).c_str());
+  ServeUntilSignal(&metrics, &router, &prefill, &decode);
   return 0;
 }

@@ -152,6 +152,47 @@ struct PollCall {
   grpc::Status load_status;
 };
 
+// Starts both RPCs of `call`, each with `deadline`; each callback counts
+// `pending` down once.
+void StartPollCall(PollCall* call, WorkerKind kind, std::chrono::system_clock::time_point deadline,
+                   absl::BlockingCounter* pending) {
+  call->health_context.set_deadline(deadline);
+  call->load_context.set_deadline(deadline);
+
+  // service = "" (the whole server) serializes to an empty message.
+  grpc::Slice empty;
+  call->health_request = grpc::ByteBuffer(&empty, 1);
+  call->health_stub = std::make_unique<grpc::GenericStub>(call->channel);
+  call->health_stub->UnaryCall(&call->health_context, kHealthCheckMethod, grpc::StubOptions(), &call->health_request,
+                               &call->health_response, [call, pending](grpc::Status s) {
+                                 call->health_status = std::move(s);
+                                 pending->DecrementCount();
+                               });
+
+  auto on_load = [call, pending](grpc::Status s) {
+    call->load_status = std::move(s);
+    pending->DecrementCount();
+  };
+  if (kind == WorkerKind::kPrefill) {
+    call->prefill_stub = internal::v1::PrefillWorker::NewStub(call->channel);
+    call->prefill_stub->async()->GetLoad(&call->load_context, &call->load_request, &call->load_response, on_load);
+  } else {
+    call->decode_stub = internal::v1::DecodeWorker::NewStub(call->channel);
+    call->decode_stub->async()->GetLoad(&call->load_context, &call->load_request, &call->load_response, on_load);
+  }
+}
+
+// Why a finished poll finds its worker unhealthy, or "" when it is healthy:
+// the health check first, then GetLoad.
+std::string PollError(const PollCall& call) {
+  if (!call.health_status.ok()) return GrpcError("health check", call.health_status);
+  absl::StatusOr<uint32_t> serving = ParseServingStatus(call.health_response);
+  if (!serving.ok()) return absl::StrCat("health check: ", serving.status().message());
+  if (*serving != kServingStatusServing) return absl::StrCat("health check says ", ServingStatusName(*serving));
+  if (!call.load_status.ok()) return GrpcError("GetLoad", call.load_status);
+  return "";
+}
+
 }  // namespace
 
 const char* WorkerKindName(WorkerKind kind) {
@@ -261,36 +302,7 @@ void WorkerPool::PollAll() {
   // one dead or slow worker costs the round rpc_timeout, not N times it.
   const auto deadline = absl::ToChronoTime(absl::Now() + options_.rpc_timeout);
   absl::BlockingCounter pending(static_cast<int>(2 * calls.size()));
-  for (const std::unique_ptr<PollCall>& owned : calls) {
-    PollCall* call = owned.get();
-    call->health_context.set_deadline(deadline);
-    call->load_context.set_deadline(deadline);
-
-    // service = "" (the whole server) serializes to an empty message.
-    grpc::Slice empty;
-    call->health_request = grpc::ByteBuffer(&empty, 1);
-    call->health_stub = std::make_unique<grpc::GenericStub>(call->channel);
-    call->health_stub->UnaryCall(&call->health_context, kHealthCheckMethod, grpc::StubOptions(),
-                                 &call->health_request, &call->health_response,
-                                 [call, &pending](grpc::Status s) {
-                                   call->health_status = std::move(s);
-                                   pending.DecrementCount();
-                                 });
-
-    auto on_load = [call, &pending](grpc::Status s) {
-      call->load_status = std::move(s);
-      pending.DecrementCount();
-    };
-    if (kind_ == WorkerKind::kPrefill) {
-      call->prefill_stub = internal::v1::PrefillWorker::NewStub(call->channel);
-      call->prefill_stub->async()->GetLoad(&call->load_context, &call->load_request, &call->load_response,
-                                           on_load);
-    } else {
-      call->decode_stub = internal::v1::DecodeWorker::NewStub(call->channel);
-      call->decode_stub->async()->GetLoad(&call->load_context, &call->load_request, &call->load_response,
-                                          on_load);
-    }
-  }
+  for (const std::unique_ptr<PollCall>& call : calls) StartPollCall(call.get(), kind_, deadline, &pending);
   pending.Wait();
 
   absl::MutexLock lock(&mu_);
@@ -298,27 +310,11 @@ void WorkerPool::PollAll() {
     auto it = workers_.find(call->address);
     if (it == workers_.end()) continue;  // dropped meanwhile (Resolve runs in rounds only, but be safe)
     Worker& w = it->second;
-
-    std::string error;
-    if (!call->health_status.ok()) {
-      error = GrpcError("health check", call->health_status);
-    } else {
-      absl::StatusOr<uint32_t> serving = ParseServingStatus(call->health_response);
-      if (!serving.ok()) {
-        error = absl::StrCat("health check: ", serving.status().message());
-      } else if (*serving != kServingStatusServing) {
-        error = absl::StrCat("health check says ", ServingStatusName(*serving));
-      }
-    }
-    if (call->load_status.ok()) {
-      w.info.load = call->load_response;
-    } else if (error.empty()) {
-      error = GrpcError("GetLoad", call->load_status);
-    }
+    if (call->load_status.ok()) w.info.load = call->load_response;
+    std::string error = PollError(*call);
     // A failure the router reported while this round was in flight is
     // newer than the round's answer: it stands until the next round.
     if (error.empty() && w.failed_generation >= generation) error = "the router reported a failure";
-
     w.info.healthy = error.empty();
     w.info.last_error = std::move(error);
   }

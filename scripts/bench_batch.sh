@@ -20,7 +20,7 @@ sleep 1
 echo "[" >"$JSON"
 first=1
 for b in $BATCHES; do
-  $B/clients/pdserve-bench --router 127.0.0.1:50363 --concurrency "$b" --num-prompts $((2 * b)) --warmup 1 \
+  $B/bench/pdserve-bench --router 127.0.0.1:50363 --concurrency "$b" --num-prompts $((2 * b)) --warmup 1 \
     --input-len 16 --output-len "$OUT_LEN" --json-out /tmp/bb_$b.json >/dev/null 2>&1
   [ $first = 1 ] || echo "," >>"$JSON"
   first=0

@@ -37,7 +37,7 @@ start() {  # MODE
   [ "$mode" = "disagg+local" ] && lp=$((SHORT_IN * 2))
   case $mode in
     colocated)
-      bench_spawn $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 \
+      bench_spawn $B/local/pdserve-local --model "$M" --port $PORT_R --weights-dtype "$WEIGHTS" --threads 2 --log-requests=false \
         >"$OUT/server.log" 2>&1
       bench_await "$OUT/server.log" "router on" ;;
     disagg|disagg+local)
@@ -57,7 +57,7 @@ start() {  # MODE
 
 bench() {  # NAME ARGS...
   local name=$1; shift
-  $B/clients/pdserve-bench --router 127.0.0.1:$PORT_R --json-out "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>/dev/null
+  $B/bench/pdserve-bench --router 127.0.0.1:$PORT_R --json-out "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>/dev/null
 }
 
 for mode in $MODES; do

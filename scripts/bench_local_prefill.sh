@@ -31,7 +31,7 @@ for len in $LENS; do
   for policy in handoff local; do
     port=$([ $policy = handoff ] && echo 50563 || echo 50564)
     echo "== $len tokens, $policy" >&2
-    $B/clients/pdserve-bench --router 127.0.0.1:$port --concurrency 1 --num-prompts "$N" --warmup 1 \
+    $B/bench/pdserve-bench --router 127.0.0.1:$port --concurrency 1 --num-prompts "$N" --warmup 1 \
       --input-len "$len" --output-len 2 --seed "$len" --json-out "$OUT/${policy}_$len.json" >/dev/null 2>&1
   done
 done

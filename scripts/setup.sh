@@ -8,8 +8,8 @@ PKGS=(
   libtorch-dev
   libopenblas0-openmp   # becomes the system libblas: LibTorch's fp32 matmul is 20-40x faster
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libspdlog-dev
+  libabsl-dev libgtest-dev
+  nlohmann-json3-dev
   libcpp-httplib-dev    # the /metrics HTTP server (compiled build: links libcpp-httplib.so)
   libpcre2-dev          # the BPE pre-tokenizer regex (Unicode classes, lookahead)
   clang libclang-rt-dev # libFuzzer + ASan/UBSan for scripts/fuzz.sh (tests/fuzz/)

@@ -1,4 +1,5 @@
 #include "common/engine/engine.h"
+#include "common/model/cache_layout.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -6,6 +7,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -40,8 +42,30 @@ std::vector<int64_t> GenerateIds(const Engine& e, SamplingParams sp, bool cache,
   return out.ok() ? *out : std::vector<int64_t>{};
 }
 
-TEST_F(EngineTest, ThreadsDefaultToTheCoreCount) {
-  EXPECT_EQ(at::get_num_threads(), static_cast<int>(std::thread::hardware_concurrency()));
+// --num-threads changes how fast, never what: the logits and tokens of an
+// engine on one thread equal those of one on several (each kernel's
+// reduction order must not depend on the split). The count is
+// process-wide, so the test restores the default.
+TEST_F(EngineTest, ThreadCountDoesNotChangeTheOutput) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<at::Tensor> logits;
+  std::vector<std::vector<int64_t>> tokens;
+  for (int threads : {1, std::max(2, cores)}) {
+    EngineOptions o;
+    o.num_threads = threads;
+    auto engine = Engine::FromWeights(engine_->model().weights(), o);
+    EXPECT_EQ(at::get_num_threads(), threads);
+    auto seq = engine->NewSequence();
+    auto l = engine->Prefill(seq.get(), Prompt(23), 7);
+    ASSERT_TRUE(l.ok()) << l.status();
+    logits.push_back(*l);
+    tokens.push_back(GenerateIds(*engine, SamplingParams{0.8f, 0.9f, 0, 17}, true, 32));
+  }
+  EXPECT_EQ(ConfigureThreads(0), cores);
+  EXPECT_TRUE(at::allclose(logits[0], logits[1], 1e-5, 1e-6))
+      << "max diff " << (logits[0] - logits[1]).abs().max().item<float>();
+  ASSERT_EQ(tokens[0].size(), 32u);
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 TEST_F(EngineTest, CachedEqualsNoCacheGreedy) {
@@ -116,11 +140,10 @@ TEST_F(EngineTest, ExportImportThenDecodeEqualsDecodingInPlace) {
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(state->k[0].size(0), 8);   // windowed: last W rows
     EXPECT_EQ(state->k[1].size(0), 20);  // global: every row
-    auto imported = MixedKVCache::Import(engine->config(), *state, o.kv);
+    auto imported = MixedKVCache::Import(CacheLayout(engine->config()), *state, o.kv);
     ASSERT_TRUE(imported.ok()) << imported.status();
     Sequence b(std::move(*imported));
     b.pos = state->prompt_len;
-    b.sinks = engine->model().ClampedSinks();
     EXPECT_EQ(DecodeGreedy(*engine, a.get(), *logits, 40), DecodeGreedy(*engine, &b, *logits, 40));
   }
 }

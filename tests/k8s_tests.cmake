@@ -8,7 +8,8 @@ set(PDSERVE_K8S_TESTS ${CMAKE_CURRENT_SOURCE_DIR}/k8s)
 #   kustomize      every overlay, component and job renders
 #   schema         every object against the OpenAPI schemas, no unknown
 #                  fields, pdserve's own rules (validate.mjs)
-#   manifest_args  the manifests' command lines parse in the real binaries
+#   manifest_args  the manifests' command lines and PDSERVE_* settings parse in
+#                  the real binaries
 #   dockerfile     lint, setup.sh packages, runtime libraries, .dockerignore
 foreach(t kustomize schema manifest_args dockerfile)
   add_test(NAME k8s_${t}_test

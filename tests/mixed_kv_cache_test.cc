@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "common/model/cache_layout.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
 namespace {
 
-ModelConfig Config(int64_t window = 3) {
+// The cache's layout of a 2-layer model.
+KvLayout Config(int64_t window = 3) {
   ModelConfig c = testing::TinyConfig();
   c.n_layers = 2;  // layer 0 windowed, layer 1 global
   c.n_kv_heads = 1;
@@ -16,7 +18,7 @@ ModelConfig Config(int64_t window = 3) {
   c.head_dim = 2;
   c.rope_identity_pairs_global = 0;
   c.window = window;
-  return c;
+  return CacheLayout(c);
 }
 
 // Rows whose every element is the token's number: row t holds value t.

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "clients/passkey.h"
+#include "common/passkey/passkey.h"
 
 namespace pdserve {
 namespace {

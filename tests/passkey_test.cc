@@ -1,4 +1,4 @@
-#include "clients/passkey.h"
+#include "common/passkey/passkey.h"
 
 #include <gtest/gtest.h>
 

@@ -65,11 +65,16 @@ TEST(TrainModelTest, Bf16MatmulsStayClose) {
   const ModelConfig c = testing::TinyConfig();
   ModelWeights w = Weights(c, 5);
   TrainModel f32(w), bf16(w, /*bf16_matmuls=*/true);
-  const at::Tensor ids = at::randint(0, c.vocab_size, {2, 30}, at::kLong);
+  // Seeded: the ids must not depend on which tests ran before (shuffled).
+  at::manual_seed(5);
+  const at::Tensor ids = at::randint(0, c.vocab_size, {16, 30}, at::kLong);
   const at::Tensor a = f32.Forward(ids).logits.detach(), b = bf16.Forward(ids).logits.detach();
   EXPECT_GT((a - b).abs().max().item<double>(), 0.0) << "bf16 operands change the last bits";
-  // On average: a token whose two best experts nearly tie may route elsewhere.
-  EXPECT_LT((a - b).abs().mean().item<double>(), 0.05 * a.abs().mean().item<double>());
+  // On average: a token whose two best experts nearly tie may route
+  // elsewhere. Over 16 x 30 random tokens the mean difference is 4-7% of
+  // the mean logit (seeds 0-11); 5% held only for the ids the declaration
+  // order happened to leave in the RNG.
+  EXPECT_LT((a - b).abs().mean().item<double>(), 0.10 * a.abs().mean().item<double>());
 }
 
 TEST(TrainModelTest, EveryParameterGetsAGradient) {

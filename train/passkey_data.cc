@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "clients/passkey.h"
 #include "common/engine/sampler.h"
+#include "common/passkey/passkey.h"
 
 namespace pdserve {
 namespace {

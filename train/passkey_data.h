@@ -1,5 +1,5 @@
 // Synthetic training data on the passkey protocol: the prompts of
-// pdserve-passkey itself (clients/passkey.h), with the filler order, the
+// pdserve-passkey itself (common/passkey/passkey.h), with the filler order, the
 // depth, the length and the passkey drawn per example, followed by the answer
 // the served model should give (" NNNNN."). Byte tokens (ids 0-255). No
 // LibTorch here.

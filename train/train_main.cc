@@ -7,7 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 #include "train/train_model.h"
 #include "train/trainer.h"
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/cache_layout.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -39,6 +40,8 @@ int ConfigureThreads(int num_threads) {
 Engine::Engine(ModelWeights weights, const EngineOptions& options)
     : model_(std::move(weights)), options_(options) {
   ConfigureThreads(options.num_threads);
+  at::NoGradGuard no_grad;
+  sinks_ = model_.ClampedSinks();
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, const EngineOptions& options) {
@@ -53,10 +56,7 @@ std::unique_ptr<Engine> Engine::FromWeights(ModelWeights weights, const EngineOp
 }
 
 std::unique_ptr<Sequence> Engine::NewSequence() const {
-  auto seq = std::make_unique<Sequence>(MixedKVCache(config(), options_.kv));
-  at::NoGradGuard no_grad;
-  seq->sinks = model_.ClampedSinks();
-  return seq;
+  return std::make_unique<Sequence>(MixedKVCache(CacheLayout(config()), options_.kv));
 }
 
 absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk,
@@ -66,7 +66,7 @@ absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int6
   at::NoGradGuard no_grad;
   at::Tensor logits;
   ForwardOptions fo;
-  fo.sinks = &seq->sinks;
+  fo.sinks = &sinks_;
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const size_t end = std::min(ids.size(), begin + static_cast<size_t>(chunk));
     if (hooks != nullptr) {
@@ -94,9 +94,8 @@ absl::StatusOr<at::Tensor> Engine::DecodeStep(const std::vector<Sequence*>& seqs
   at::NoGradGuard no_grad;
   std::vector<Segment> segs;
   for (Sequence* s : seqs) segs.push_back({&s->cache, s->pos, 1});
-  // All sequences share the weights, so their sink caches are equal.
   ForwardOptions fo;
-  fo.sinks = &seqs[0]->sinks;
+  fo.sinks = &sinks_;
   ASSIGN_OR_RETURN(at::Tensor logits, model_.Forward(IdsTensor(tokens, 0, tokens.size()), segs, fo));
   for (Sequence* s : seqs) ++s->pos;
   return logits;

@@ -27,13 +27,12 @@ struct EngineOptions {
   int num_threads = 0;          // intra-op threads; 0 = all cores
 };
 
-// One sequence being generated: its cache, its position and its
-// per-generation sink clamp cache.
+// One sequence being generated: its cache and its position. The clamped
+// sinks are the model's, held once by the Engine.
 struct Sequence {
   explicit Sequence(MixedKVCache c) : cache(std::move(c)) {}
   MixedKVCache cache;
   int64_t pos = 0;  // tokens already in the cache
-  std::vector<at::Tensor> sinks;
 };
 
 // Hooks into a prefill (the prefill worker's cancellation and its
@@ -65,7 +64,7 @@ class Engine {
   const Transformer& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
 
-  // A fresh sequence with an empty cache and its sink clamp cache.
+  // A fresh sequence with an empty cache.
   std::unique_ptr<Sequence> NewSequence() const;
 
   // Runs `ids` through the model in chunks of options().prefill_chunk at the
@@ -96,6 +95,9 @@ class Engine {
   Engine(ModelWeights weights, const EngineOptions& options);
   Transformer model_;
   EngineOptions options_;
+  // The model's clamped sinks per layer, computed once (every forward of
+  // every sequence uses the same ones).
+  std::vector<at::Tensor> sinks_;
 };
 
 // "f32" or "bf16" (the spelling of the --weights-dtype / --kv-dtype flags).

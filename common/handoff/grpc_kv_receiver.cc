@@ -128,20 +128,4 @@ grpc::ServerReadReactor<KvChunk>* NewPushKvReactor(grpc::CallbackServerContext* 
   return new PushKvReactor(context, receiver, response, nccl);
 }
 
-absl::Status UnknownNcclCommError(const std::string& comm_id) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("KV hand-off names NCCL communicator ", comm_id,
-                   ", which this decode worker does not hold (it runs --kv-transport grpc, or the communicator "
-                   "failed, was replaced, or the worker restarted); the prefill worker connects anew on its next "
-                   "hand-off"));
-}
-
-internal::v1::NcclConnectResponse AnswerNcclConnect(NcclKvReceiver* receiver,
-                                                    const internal::v1::NcclConnectRequest& request) {
-  if (receiver != nullptr) return receiver->Connect(request);
-  internal::v1::NcclConnectResponse r;
-  r.set_reason("the decode worker runs --kv-transport grpc");
-  return r;
-}
-
 }  // namespace pdserve

@@ -14,10 +14,10 @@ at::ScalarType ToScalarType(KvDtype d) { return d == KvDtype::kBF16 ? at::kBFloa
 
 }  // namespace
 
-MixedKVCache::MixedKVCache(const ModelConfig& config, KvCacheOptions options)
-    : n_kv_heads_(config.n_kv_heads), head_dim_(config.head_dim), window_(config.window), options_(options) {
-  layers_.resize(config.n_layers);
-  for (int64_t l = 0; l < config.n_layers; ++l) layers_[l].windowed = ModelConfig::IsWindowed(l);
+MixedKVCache::MixedKVCache(const KvLayout& layout, KvCacheOptions options)
+    : n_kv_heads_(layout.n_kv_heads), head_dim_(layout.head_dim), window_(layout.window), options_(options) {
+  layers_.resize(layout.n_layers());
+  for (int64_t l = 0; l < layout.n_layers(); ++l) layers_[l].windowed = layout.windowed[l];
 }
 
 absl::Status MixedKVCache::CheckRows(int64_t layer, const at::Tensor& k, const at::Tensor& v) const {
@@ -122,10 +122,10 @@ absl::Status MixedKVCache::Reserve(int64_t tokens) {
   return absl::OkStatus();
 }
 
-int64_t MixedKVCache::BytesFor(const ModelConfig& config, KvDtype dtype, int64_t tokens) {
-  const int64_t row = 2 * config.n_kv_heads * config.head_dim * (dtype == KvDtype::kBF16 ? 2 : 4);
+int64_t MixedKVCache::BytesFor(const KvLayout& layout, KvDtype dtype, int64_t tokens) {
+  const int64_t row = 2 * layout.n_kv_heads * layout.head_dim * (dtype == KvDtype::kBF16 ? 2 : 4);
   int64_t rows = 0;
-  for (int64_t l = 0; l < config.n_layers; ++l) rows += ModelConfig::IsWindowed(l) ? config.window : tokens;
+  for (int64_t l = 0; l < layout.n_layers(); ++l) rows += layout.windowed[l] ? layout.window : tokens;
   return rows * row;
 }
 
@@ -194,13 +194,13 @@ absl::StatusOr<KvHandoffState> MixedKVCache::Export(int64_t prompt_len) const {
   return s;
 }
 
-absl::StatusOr<MixedKVCache> MixedKVCache::Import(const ModelConfig& config, const KvHandoffState& state,
+absl::StatusOr<MixedKVCache> MixedKVCache::Import(const KvLayout& layout, const KvHandoffState& state,
                                                   KvCacheOptions options, int64_t reserve_tokens) {
-  MixedKVCache cache(config, options);
-  if (static_cast<int64_t>(state.k.size()) != config.n_layers ||
-      static_cast<int64_t>(state.v.size()) != config.n_layers) {
+  MixedKVCache cache(layout, options);
+  if (static_cast<int64_t>(state.k.size()) != layout.n_layers() ||
+      static_cast<int64_t>(state.v.size()) != layout.n_layers()) {
     return absl::InvalidArgumentError(absl::StrCat("hand-off has ", state.k.size(), " K and ", state.v.size(),
-                                                   " V layers, the model has ", config.n_layers));
+                                                   " V layers, the model has ", layout.n_layers()));
   }
   if (state.prompt_len < 0) {
     return absl::InvalidArgumentError(absl::StrCat("hand-off prompt_len ", state.prompt_len, " is negative"));
@@ -210,8 +210,8 @@ absl::StatusOr<MixedKVCache> MixedKVCache::Import(const ModelConfig& config, con
                                                      " tokens exceeds the KV cap of ", options.max_tokens));
   }
   if (reserve_tokens > 0) RETURN_IF_ERROR(cache.Reserve(std::max(reserve_tokens, state.prompt_len)));
-  for (int64_t l = 0; l < config.n_layers; ++l) {
-    const int64_t want = ModelConfig::IsWindowed(l) ? std::min(state.prompt_len, config.window) : state.prompt_len;
+  for (int64_t l = 0; l < layout.n_layers(); ++l) {
+    const int64_t want = layout.PrefillRows(l, state.prompt_len);
     RETURN_IF_ERROR(cache.CheckRows(l, state.k[l], state.v[l]));
     if (state.k[l].size(0) != want) {
       return absl::InvalidArgumentError(absl::StrCat("hand-off layer ", l, " has ", state.k[l].size(0),

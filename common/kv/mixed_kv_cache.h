@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/kv/handoff_state.h"
-#include "common/model/config.h"
+#include "common/kv/kv_layout.h"
 
 namespace pdserve {
 
@@ -25,7 +25,7 @@ struct KvCacheOptions {
 
 class MixedKVCache {
  public:
-  MixedKVCache(const ModelConfig& config, KvCacheOptions options = {});
+  MixedKVCache(const KvLayout& layout, KvCacheOptions options = {});
 
   // Appends T rows (k, v: [T, n_kv_heads, head_dim], any float dtype).
   // Windowed: T >= window keeps the last `window` rows (head = 0); shorter
@@ -58,7 +58,7 @@ class MixedKVCache {
 
   // AllocatedBytes() of a cache reserved for `tokens` positions: what a
   // decode worker's admission charges a sequence.
-  static int64_t BytesFor(const ModelConfig& config, KvDtype dtype, int64_t tokens);
+  static int64_t BytesFor(const KvLayout& layout, KvDtype dtype, int64_t tokens);
 
   // Drops every row (keeps nothing allocated).
   void Reset();
@@ -75,9 +75,9 @@ class MixedKVCache {
 
   // Rebuilds a cache from a hand-off state. InvalidArgument (naming the
   // layer and the expected versus found rows/shape) when it does not fit
-  // `config`, and ResourceExhausted past max_tokens.
+  // `layout`, and ResourceExhausted past max_tokens.
   // `reserve_tokens` > 0 allocates for that many positions first (Reserve).
-  static absl::StatusOr<MixedKVCache> Import(const ModelConfig& config, const KvHandoffState& state,
+  static absl::StatusOr<MixedKVCache> Import(const KvLayout& layout, const KvHandoffState& state,
                                              KvCacheOptions options = {}, int64_t reserve_tokens = 0);
 
   const KvCacheOptions& options() const { return options_; }

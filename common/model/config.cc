@@ -3,6 +3,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/util/status_macros.h"
@@ -76,6 +77,65 @@ struct Checked {
     return r;
   }
 };
+
+// The config's plain fields, in one table that both ToJson and
+// ParseModelConfig walk: the JSON key and the member it fills. sink_clamp,
+// tokenizer and eos_token_id have shapes of their own and are handled apart.
+template <typename S>
+struct Field {
+  const char* key;
+  std::variant<std::string S::*, int64_t S::*, double S::*, bool S::*> member;
+};
+
+const Field<ModelConfig> kModelFields[] = {
+    {"name", &ModelConfig::name},
+    {"vocab_size", &ModelConfig::vocab_size},
+    {"d_model", &ModelConfig::d_model},
+    {"n_layers", &ModelConfig::n_layers},
+    {"n_heads", &ModelConfig::n_heads},
+    {"n_kv_heads", &ModelConfig::n_kv_heads},
+    {"head_dim", &ModelConfig::head_dim},
+    {"window", &ModelConfig::window},
+    {"n_experts", &ModelConfig::n_experts},
+    {"top_k", &ModelConfig::top_k},
+    {"n_shared_experts", &ModelConfig::n_shared_experts},
+    {"expert_hidden", &ModelConfig::expert_hidden},
+    {"rope_theta", &ModelConfig::rope_theta},
+    {"rope_identity_pairs_global", &ModelConfig::rope_identity_pairs_global},
+    {"norm_eps", &ModelConfig::norm_eps},
+    {"tie_embeddings", &ModelConfig::tie_embeddings},
+    {"max_context", &ModelConfig::max_context},
+};
+
+// Written nested as "yarn": {...}; read nested or as flat "yarn_<key>".
+const Field<YarnConfig> kYarnFields[] = {
+    {"factor", &YarnConfig::factor},
+    {"original_max_position", &YarnConfig::original_max_position},
+    {"beta_fast", &YarnConfig::beta_fast},
+    {"beta_slow", &YarnConfig::beta_slow},
+};
+
+template <typename S, size_t N>
+json WriteFields(const S& s, const Field<S> (&fields)[N]) {
+  json j = json::object();
+  for (const Field<S>& f : fields) {
+    std::visit([&](auto member) { j[f.key] = s.*member; }, f.member);
+  }
+  return j;
+}
+
+// Reads each field present in `obj` under key_prefix + key; errors name the
+// field as path_prefix + key.
+template <typename S, size_t N>
+absl::Status ReadFields(const json& obj, const Field<S> (&fields)[N], absl::string_view key_prefix,
+                        absl::string_view path_prefix, S* s) {
+  for (const Field<S>& f : fields) {
+    const std::string key = absl::StrCat(key_prefix, f.key);
+    const std::string path = absl::StrCat(path_prefix, f.key);
+    RETURN_IF_ERROR(std::visit([&](auto member) { return ReadField(obj, key, path, &(s->*member)); }, f.member));
+  }
+  return absl::OkStatus();
+}
 
 void ExcerptInto(const json& j, std::string* out, size_t limit, int depth) {
   if (out->size() > limit) return;
@@ -177,29 +237,9 @@ int64_t ModelConfig::ActiveParams() const {
 }
 
 std::string ModelConfig::ToJson() const {
-  json j;
-  j["name"] = name;
-  j["vocab_size"] = vocab_size;
-  j["d_model"] = d_model;
-  j["n_layers"] = n_layers;
-  j["n_heads"] = n_heads;
-  j["n_kv_heads"] = n_kv_heads;
-  j["head_dim"] = head_dim;
-  j["window"] = window;
-  j["n_experts"] = n_experts;
-  j["top_k"] = top_k;
-  j["n_shared_experts"] = n_shared_experts;
-  j["expert_hidden"] = expert_hidden;
-  j["rope_theta"] = rope_theta;
-  j["yarn"] = {{"factor", yarn.factor},
-               {"original_max_position", yarn.original_max_position},
-               {"beta_fast", yarn.beta_fast},
-               {"beta_slow", yarn.beta_slow}};
-  j["rope_identity_pairs_global"] = rope_identity_pairs_global;
+  json j = WriteFields(*this, kModelFields);
+  j["yarn"] = WriteFields(yarn, kYarnFields);
   j["sink_clamp"] = {sink_clamp_lo, sink_clamp_hi};
-  j["norm_eps"] = norm_eps;
-  j["tie_embeddings"] = tie_embeddings;
-  j["max_context"] = max_context;
   switch (tokenizer) {
     case TokenizerType::kByte: j["tokenizer"] = {{"type", "byte"}}; break;
     case TokenizerType::kChar: j["tokenizer"] = {{"type", "char"}}; break;
@@ -291,6 +331,79 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// YaRN: a nested "yarn" object (which also accepts HF's
+// "original_max_position_embeddings"), or flat "yarn_*" keys, read after it.
+absl::Status ParseYarn(const json& j, YarnConfig* yarn) {
+  if (auto it = j.find("yarn"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field 'yarn' must be an object, found ", JsonExcerpt(*it)));
+    }
+    RETURN_IF_ERROR(ReadFields(*it, kYarnFields, "", "yarn.", yarn));
+    RETURN_IF_ERROR(ReadField(*it, "original_max_position_embeddings", "yarn.original_max_position_embeddings",
+                              &yarn->original_max_position));
+  }
+  return ReadFields(j, kYarnFields, "yarn_", "yarn_", yarn);
+}
+
+// "sink_clamp": [lo, hi].
+absl::Status ParseSinkClamp(const json& j, ModelConfig* c) {
+  auto it = j.find("sink_clamp");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number() || !(*it)[1].is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'sink_clamp' must be [lo, hi] numbers, found ", JsonExcerpt(*it)));
+  }
+  c->sink_clamp_lo = (*it)[0].get<double>();
+  c->sink_clamp_hi = (*it)[1].get<double>();
+  return absl::OkStatus();
+}
+
+// "tokenizer": {"type": "byte" | "char" | "bpe", "file": ...} or just the
+// type as a string. A BPE tokenizer's file defaults to tokenizer.json.
+absl::Status ParseTokenizer(const json& j, ModelConfig* c) {
+  auto it = j.find("tokenizer");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  std::string type;
+  if (it->is_string()) {
+    type = it->get<std::string>();
+  } else if (it->is_object()) {
+    RETURN_IF_ERROR(ReadField(*it, "type", "tokenizer.type", &type));
+    RETURN_IF_ERROR(ReadField(*it, "file", "tokenizer.file", &c->tokenizer_file));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'tokenizer' must be an object like {\"type\": \"bpe\"}, found ", JsonExcerpt(*it)));
+  }
+  if (type == "byte" || type.empty()) {
+    c->tokenizer = TokenizerType::kByte;
+  } else if (type == "char") {
+    c->tokenizer = TokenizerType::kChar;
+  } else if (type == "bpe") {
+    c->tokenizer = TokenizerType::kBpe;
+    if (c->tokenizer_file.empty()) c->tokenizer_file = "tokenizer.json";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("config field 'tokenizer.type' must be byte, char or bpe, found '",
+                                                   type.substr(0, 80), type.size() > 80 ? "...'" : "'"));
+  }
+  return absl::OkStatus();
+}
+
+// "eos_token_id": an integer, or null for none.
+absl::Status ParseEosTokenId(const json& j, ModelConfig* c) {
+  auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config field 'eos_token_id' must be an integer or null, found ", JsonExcerpt(*it)));
+  }
+  c->eos_token_id = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   RETURN_IF_ERROR(CheckJsonNesting(json_text, kMaxJsonDepth, "model config"));
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -298,89 +411,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   if (!j.is_object()) return absl::InvalidArgumentError("model config must be a JSON object");
 
   ModelConfig c;
-  RETURN_IF_ERROR(ReadField(j, "name", "name", &c.name));
-  RETURN_IF_ERROR(ReadField(j, "vocab_size", "vocab_size", &c.vocab_size));
-  RETURN_IF_ERROR(ReadField(j, "d_model", "d_model", &c.d_model));
-  RETURN_IF_ERROR(ReadField(j, "n_layers", "n_layers", &c.n_layers));
-  RETURN_IF_ERROR(ReadField(j, "n_heads", "n_heads", &c.n_heads));
-  RETURN_IF_ERROR(ReadField(j, "n_kv_heads", "n_kv_heads", &c.n_kv_heads));
-  RETURN_IF_ERROR(ReadField(j, "head_dim", "head_dim", &c.head_dim));
-  RETURN_IF_ERROR(ReadField(j, "window", "window", &c.window));
-  RETURN_IF_ERROR(ReadField(j, "n_experts", "n_experts", &c.n_experts));
-  RETURN_IF_ERROR(ReadField(j, "top_k", "top_k", &c.top_k));
-  RETURN_IF_ERROR(ReadField(j, "n_shared_experts", "n_shared_experts", &c.n_shared_experts));
-  RETURN_IF_ERROR(ReadField(j, "expert_hidden", "expert_hidden", &c.expert_hidden));
-  RETURN_IF_ERROR(ReadField(j, "rope_theta", "rope_theta", &c.rope_theta));
-  RETURN_IF_ERROR(ReadField(j, "rope_identity_pairs_global", "rope_identity_pairs_global",
-                            &c.rope_identity_pairs_global));
-  RETURN_IF_ERROR(ReadField(j, "norm_eps", "norm_eps", &c.norm_eps));
-  RETURN_IF_ERROR(ReadField(j, "tie_embeddings", "tie_embeddings", &c.tie_embeddings));
-  RETURN_IF_ERROR(ReadField(j, "max_context", "max_context", &c.max_context));
-
-  // YaRN: nested object, or flat "yarn_*" keys.
-  if (auto it = j.find("yarn"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config field 'yarn' must be an object, found ", JsonExcerpt(*it)));
-    }
-    RETURN_IF_ERROR(ReadField(*it, "factor", "yarn.factor", &c.yarn.factor));
-    RETURN_IF_ERROR(ReadField(*it, "original_max_position", "yarn.original_max_position",
-                              &c.yarn.original_max_position));
-    RETURN_IF_ERROR(ReadField(*it, "original_max_position_embeddings",
-                              "yarn.original_max_position_embeddings",
-                              &c.yarn.original_max_position));
-    RETURN_IF_ERROR(ReadField(*it, "beta_fast", "yarn.beta_fast", &c.yarn.beta_fast));
-    RETURN_IF_ERROR(ReadField(*it, "beta_slow", "yarn.beta_slow", &c.yarn.beta_slow));
-  }
-  RETURN_IF_ERROR(ReadField(j, "yarn_factor", "yarn_factor", &c.yarn.factor));
-  RETURN_IF_ERROR(ReadField(j, "yarn_original_max_position", "yarn_original_max_position",
-                            &c.yarn.original_max_position));
-  RETURN_IF_ERROR(ReadField(j, "yarn_beta_fast", "yarn_beta_fast", &c.yarn.beta_fast));
-  RETURN_IF_ERROR(ReadField(j, "yarn_beta_slow", "yarn_beta_slow", &c.yarn.beta_slow));
-
-  if (auto it = j.find("sink_clamp"); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number() || !(*it)[1].is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'sink_clamp' must be [lo, hi] numbers, found ", JsonExcerpt(*it)));
-    }
-    c.sink_clamp_lo = (*it)[0].get<double>();
-    c.sink_clamp_hi = (*it)[1].get<double>();
-  }
-
-  if (auto it = j.find("tokenizer"); it != j.end() && !it->is_null()) {
-    std::string type;
-    if (it->is_string()) {
-      type = it->get<std::string>();
-    } else if (it->is_object()) {
-      RETURN_IF_ERROR(ReadField(*it, "type", "tokenizer.type", &type));
-      RETURN_IF_ERROR(ReadField(*it, "file", "tokenizer.file", &c.tokenizer_file));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'tokenizer' must be an object like {\"type\": \"bpe\"}, found ",
-          JsonExcerpt(*it)));
-    }
-    if (type == "byte" || type.empty()) {
-      c.tokenizer = TokenizerType::kByte;
-    } else if (type == "char") {
-      c.tokenizer = TokenizerType::kChar;
-    } else if (type == "bpe") {
-      c.tokenizer = TokenizerType::kBpe;
-      if (c.tokenizer_file.empty()) c.tokenizer_file = "tokenizer.json";
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'tokenizer.type' must be byte, char or bpe, found '", type.substr(0, 80),
-          type.size() > 80 ? "...'" : "'"));
-    }
-  }
-
-  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config field 'eos_token_id' must be an integer or null, found ", JsonExcerpt(*it)));
-    }
-    c.eos_token_id = it->get<int64_t>();
-  }
-
+  RETURN_IF_ERROR(ReadFields(j, kModelFields, "", "", &c));
+  RETURN_IF_ERROR(ParseYarn(j, &c.yarn));
+  RETURN_IF_ERROR(ParseSinkClamp(j, &c));
+  RETURN_IF_ERROR(ParseTokenizer(j, &c));
+  RETURN_IF_ERROR(ParseEosTokenId(j, &c));
   RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }

@@ -282,10 +282,12 @@ absl::StatusOr<at::Tensor> Transformer::SegmentAttention(int64_t l, const at::Te
   return outs.size() == 1 ? outs[0] : at::cat(outs);
 }
 
-absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
-                                                    const ForwardOptions& options) const {
-  const ModelConfig& c = config();
-  const int64_t H = c.n_heads, K = c.n_kv_heads, d = c.head_dim;
+namespace {
+
+// Checks the segments against the config and their caches, and `ids`
+// against the segments and the vocabulary. Returns the token count N.
+absl::StatusOr<int64_t> CheckForwardInputs(const ModelConfig& c, const at::Tensor& ids,
+                                           const std::vector<Segment>& segments) {
   int64_t N = 0;
   for (const Segment& s : segments) {
     if (s.length <= 0 || s.start_pos < 0) {
@@ -306,35 +308,57 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     return absl::InvalidArgumentError(absl::StrCat("ids has shape ", c10::str(ids.sizes()),
                                                    ", segments cover ", N, " tokens"));
   }
-  {
-    const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
-    if (lo < 0 || hi >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi, " outside [0, ",
-                                                     c.vocab_size, ")"));
-    }
+  const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  if (lo < 0 || hi >= c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi, " outside [0, ",
+                                                   c.vocab_size, ")"));
   }
+  return N;
+}
 
-  // cos/sin rows for every token: the table for multi-token segments, the
-  // scalar path for one-token steps (same numbers either way).
-  at::Tensor cos[2], sin[2];
+// cos/sin rows for every token, [0] for windowed and [1] for global layers:
+// the table for multi-token segments, the scalar path for one-token steps
+// (same numbers either way).
+void RopeRows(const Rope& rope, const std::vector<Segment>& segments, at::Tensor cos[2], at::Tensor sin[2]) {
+  const bool all_single =
+      std::all_of(segments.begin(), segments.end(), [](const Segment& s) { return s.length == 1; });
   for (int g = 0; g < 2; ++g) {
-    std::vector<at::Tensor> cs, ss;
-    std::vector<int64_t> single;
-    const bool all_single = std::all_of(segments.begin(), segments.end(), [](const Segment& s) { return s.length == 1; });
     if (all_single) {
+      std::vector<int64_t> single;
       for (const Segment& s : segments) single.push_back(s.start_pos);
-      rope_.ForPositions(single, g == 1, &cos[g], &sin[g]);
+      rope.ForPositions(single, g == 1, &cos[g], &sin[g]);
       continue;
     }
+    std::vector<at::Tensor> cs, ss;
     for (const Segment& s : segments) {
       at::Tensor cc, sc;
-      rope_.Table(s.start_pos, s.length, g == 1, &cc, &sc);
+      rope.Table(s.start_pos, s.length, g == 1, &cc, &sc);
       cs.push_back(cc);
       ss.push_back(sc);
     }
     cos[g] = cs.size() == 1 ? cs[0] : at::cat(cs);
     sin[g] = ss.size() == 1 ? ss[0] : at::cat(ss);
   }
+}
+
+// The rows of x ([N, D]) that end each segment.
+at::Tensor LastRows(const at::Tensor& x, const std::vector<Segment>& segments, int64_t N) {
+  std::vector<int64_t> last;
+  int64_t end = 0;
+  for (const Segment& s : segments) last.push_back((end += s.length) - 1);
+  if (last.size() == 1 && last[0] == N - 1 && N == 1) return x;
+  return x.index_select(0, at::tensor(last, at::kLong));
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
+                                                    const ForwardOptions& options) const {
+  const ModelConfig& c = config();
+  const int64_t H = c.n_heads, K = c.n_kv_heads, d = c.head_dim;
+  ASSIGN_OR_RETURN(const int64_t N, CheckForwardInputs(c, ids, segments));
+  at::Tensor cos[2], sin[2];
+  RopeRows(rope_, segments, cos, sin);
 
   std::vector<at::Tensor> local_sinks;
   const std::vector<at::Tensor>* sinks = options.sinks;
@@ -357,8 +381,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-    const bool windowed = ModelConfig::IsWindowed(l);
-    const int g = windowed ? 0 : 1;
+    const int g = ModelConfig::IsWindowed(l) ? 0 : 1;
     at::Tensor h = RmsNorm(x, L.norm1, c.norm_eps);
     at::Tensor q, kv;
     if (!fused_.empty()) {
@@ -381,12 +404,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
   }
 
-  if (!options.all_logits) {
-    std::vector<int64_t> last;
-    int64_t end = 0;
-    for (const Segment& s : segments) last.push_back((end += s.length) - 1);
-    if (!(last.size() == 1 && last[0] == N - 1 && N == 1)) x = x.index_select(0, at::tensor(last, at::kLong));
-  }
+  if (!options.all_logits) x = LastRows(x, segments, N);
   const at::Tensor& head = c.tie_embeddings ? w_.embed : w_.head;
   return Linear(RmsNorm(x, w_.norm, c.norm_eps), head);
 }

@@ -107,13 +107,6 @@ Counter* MetricsRegistry::GetCounter(const std::string& name, const std::string&
   return slot.get();
 }
 
-Gauge* MetricsRegistry::GetGauge(const std::string& name, const std::string& help, const MetricLabels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = GetFamily(name, help, Kind::kGauge).gauges[labels];
-  if (slot == nullptr) slot = std::make_unique<Gauge>();
-  return slot.get();
-}
-
 Histogram* MetricsRegistry::GetHistogram(const std::string& name, const std::string& help,
                                          const std::vector<double>& bounds, const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -135,7 +128,6 @@ std::string MetricsRegistry::Render() const {
     const char* type = f.kind == Kind::kCounter ? "counter" : f.kind == Kind::kGauge ? "gauge" : "histogram";
     absl::StrAppend(&out, "# HELP ", name, " ", f.help, "\n# TYPE ", name, " ", type, "\n");
     for (const auto& [labels, c] : f.counters) absl::StrAppend(&out, name, LabelText(labels), " ", FormatValue(c->value()), "\n");
-    for (const auto& [labels, g] : f.gauges) absl::StrAppend(&out, name, LabelText(labels), " ", FormatValue(g->value()), "\n");
     if (f.callback) absl::StrAppend(&out, name, " ", FormatValue(f.callback()), "\n");
     for (const auto& [labels, h] : f.histograms) {
       const Histogram::Snapshot s = h->Read();
@@ -223,11 +215,6 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::strin
                  (*server)->port());
   }
   return server;
-}
-
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
-                                                                const char* program) {
-  return ServeMetrics("0.0.0.0", port, registry, program);
 }
 
 }  // namespace pdserve

@@ -1,4 +1,4 @@
-// Prometheus metrics: counters, gauges and histograms in a registry that
+// Prometheus metrics: counters, callback gauges and histograms in a registry that
 // renders the text exposition format (version 0.0.4), and an HTTP server
 // (cpp-httplib) for GET /metrics. Every series name carries its unit
 // (_seconds, _bytes, _total).
@@ -43,16 +43,6 @@ class Counter {
   std::atomic<double> value_{0};
 };
 
-class Gauge {
- public:
-  void Set(double v) { value_.store(v); }
-  void Add(double by) { AtomicAdd(value_, by); }
-  double value() const { return value_.load(); }
-
- private:
-  std::atomic<double> value_{0};
-};
-
 class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);
@@ -82,7 +72,6 @@ class MetricsRegistry {
   // The same (name, labels) returns the same series. Names must be valid
   // Prometheus names; `help` is printed once per name.
   Counter* GetCounter(const std::string& name, const std::string& help, const MetricLabels& labels = {});
-  Gauge* GetGauge(const std::string& name, const std::string& help, const MetricLabels& labels = {});
   Histogram* GetHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                           const MetricLabels& labels = {});
   // A gauge read at render time (queue depths, KV bytes held elsewhere).
@@ -97,7 +86,6 @@ class MetricsRegistry {
     Kind kind;
     std::string help;
     std::map<MetricLabels, std::unique_ptr<Counter>> counters;
-    std::map<MetricLabels, std::unique_ptr<Gauge>> gauges;
     std::map<MetricLabels, std::unique_ptr<Histogram>> histograms;
     std::function<double()> callback;
   };
@@ -147,9 +135,5 @@ class MetricsHttpServer {
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::string& host, int port,
                                                                 const MetricsRegistry* registry,
                                                                 const std::string& program);
-// The same on 0.0.0.0 (every interface): the old signature, kept for callers
-// that do not name a host yet.
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(int port, const MetricsRegistry* registry,
-                                                                const char* program);
 
 }  // namespace pdserve

@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 e2e_init "$@"
 E2E_LOGS=(out.txt err.txt local.log)
-BENCH="$BUILD/clients/pdserve-bench"
+BENCH="$BUILD/bench/pdserve-bench"
 
 "$BENCH" --help >/dev/null || fail "--help did not exit 0"
 ok "--help exits 0"

@@ -37,7 +37,7 @@ done
 
 echo "--- --version, --help without build-machine paths"
 for b in clients/pdserve-generate router/pdserve-router prefill_service/pdserve-prefill \
-         decode_service/pdserve-decode local/pdserve-local clients/pdserve-bench; do
+         decode_service/pdserve-decode local/pdserve-local bench/pdserve-bench; do
   v=$("$BUILD/$b" --version) || fail "$b --version"
   grep -qE "^pdserve-[a-z-]+ [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown\)" <<<"$v" || fail "$b --version: $v"
   "$BUILD/$b" --help >"$TMP/help" || fail "$b --help"
@@ -70,6 +70,28 @@ for args in "" "--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7"; do
   [ "$a" == "$b" ] || fail "cached != no-cache [$args]: $a vs $b"
   c=$("$BIN/pdserve-generate" --model "$TMP/own" --prompt-ids $P --max-new-tokens 64 --prefill-chunk 3 $args 2>/dev/null | norm)
   [ "$a" == "$c" ] || fail "chunk 3 differs [$args]: $a vs $c"
+done
+
+echo "--- pdserve-init-model finds its default tokenizer from its own location, not the working directory"
+sed 's/"type": "byte"/"type": "bpe"/' "$SRC/configs/tiny.json" >"$TMP/tiny_bpe.json"
+mkdir -p "$TMP/cwd"
+# A source tree (build/clients under it) and an install prefix (bin under it).
+for layout in "src/build/clients:src/.cache/tokenizers/llama3" "inst/bin:inst/share/pdserve/tokenizers/llama3"; do
+  bindir=$TMP/${layout%%:*} tokdir=$TMP/${layout##*:}
+  mkdir -p "$bindir" "$tokdir"
+  cp "$BIN/pdserve-init-model" "$bindir/"
+  echo "{\"marker\": \"$layout\"}" >"$tokdir/tokenizer.json"
+  (cd "$TMP/cwd" && env -u PDSERVE_LLAMA3_TOKENIZER_JSON "$bindir/pdserve-init-model" --config "$TMP/tiny_bpe.json" \
+     --out "$TMP/bpe_out" 2>"$TMP/err") || fail "init-model ($layout): $(cat "$TMP/err")"
+  cmp -s "$tokdir/tokenizer.json" "$TMP/bpe_out/tokenizer.json" || fail "$layout: default tokenizer not copied: $(cat "$TMP/err")"
+  rm -rf "$TMP/bpe_out" "$tokdir/tokenizer.json"
+  # None anywhere: still a checkpoint, and a warning that says where it looked.
+  (cd "$TMP/cwd" && env -u PDSERVE_LLAMA3_TOKENIZER_JSON "$bindir/pdserve-init-model" --config "$TMP/tiny_bpe.json" \
+     --out "$TMP/bpe_out" 2>"$TMP/err") || fail "init-model without a tokenizer ($layout): $(cat "$TMP/err")"
+  [ -f "$TMP/bpe_out/model.safetensors" ] && [ ! -e "$TMP/bpe_out/tokenizer.json" ] || fail "$layout: unexpected output"
+  grep -q "no tokenizer.json copied: .*share/pdserve/tokenizers/llama3/tokenizer.json" "$TMP/err" ||
+    fail "$layout: unclear warning: $(cat "$TMP/err")"
+  rm -rf "$TMP/bpe_out"
 done
 
 echo "--- checkpoints written by the independent reference generate the same tokens"

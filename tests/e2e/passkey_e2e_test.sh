@@ -100,6 +100,31 @@ ok "too-short length exits 2"
 
 stop_local_stack
 
+# The trained model (models/passkey-4l, 300/300 at its training length in
+# docs/passkey.md): the same client must score its answers correct, so a
+# client that never scores, or scores every answer wrong, fails here.
+start_local_stack "$SRC/models/passkey-4l" "$PORT"
+rc=0
+"$PK" --router "$ROUTER" --context-lengths 512 --n-trials 4 --concurrency 2 --seed 5 --require-target \
+  --json-out "$WORK/trained.json" >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+cat "$WORK/out.txt"
+[ "$rc" = 0 ] || fail "pdserve-passkey on the trained model exited $rc (--require-target: 3 = below target)"
+grep -Eq "^ +512 +[0-9]+ +4 +0 +4 " "$WORK/out.txt" || fail "no row for 512 with 4 trials, 0 failures, 4 correct"
+grep -q "^PASS: " "$WORK/out.txt" || fail "no PASS headline on the trained model"
+/usr/bin/python3 - "$WORK/trained.json" <<'EOF' || fail "trained-model JSON check"
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+(l,) = j["lengths"]
+assert l["context_length"] == 512 and l["trials"] == 4 and l["failed"] == 0 and l["correct"] == 4, l
+assert l["accuracy"] == 1.0 and j["headline"]["pass"] is True, (l, j["headline"])
+for t in j["trials"]:
+    # Scored from the generated text: the passkey is in the answer.
+    assert t["correct"] is True and t["extracted"] == t["passkey"], t
+    assert re.search(r"\b" + t["passkey"] + r"\b", t["answer_text"], re.ASCII), t
+EOF
+ok "trained model: 4/4 passkeys retrieved at 512 tokens, scored from the answers"
+stop_local_stack
+
 # No router at all: a clear error and exit 1, not a hang.
 rc=0
 timeout 60 "$PK" --router "127.0.0.1:$PORT" --context-lengths 512 --deadline-s 5 >/dev/null 2>"$WORK/err.txt" || rc=$?

@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_wire.h"
+#include "common/model/cache_layout.h"
 #include "common/model/checkpoint.h"
 #include "tests/e2e/e2e_model.h"
 #include "tests/e2e/process_util.h"
@@ -300,7 +301,7 @@ TEST_F(ReliabilityE2eTest, AllDecodeWorkersFullWaitsAndNamesTheKvBudget) {
   for (const char* d : {"D1", "D2"}) {
     const int64_t free = DecodeLoad(Addr(d)).kv_bytes_free();
     int64_t t = 8;
-    while (MixedKVCache::BytesFor(c, KvDtype::kF32, t + 1) <= free) ++t;
+    while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
     fill.push_back(std::make_unique<Reservation>(Addr(d), absl::StrCat("fill-", d), t - 5));
   }
   GenerateResult got = Generate(Addr("R"), IdsRequest(Prompt(200, 3), 100), std::chrono::seconds(2));

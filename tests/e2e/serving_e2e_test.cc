@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_wire.h"
+#include "common/model/cache_layout.h"
 #include "common/model/checkpoint.h"
 #include "tests/e2e/e2e_model.h"
 #include "tests/e2e/process_util.h"
@@ -50,10 +51,26 @@ struct Stack {
   std::map<std::string, int> metrics_port;   // name -> /metrics port
   std::unique_ptr<Engine> ref_f32, ref_bf16;
 
+  std::map<std::string, std::vector<std::string>> argvs;  // name -> its command line
+
   void StartProc(const std::string& name, std::vector<std::string> argv) {
     auto p = std::make_unique<ChildProcess>();
     p->Start(argv, dir.Sub(name + ".log"));
     procs[name] = std::move(p);
+    argvs[name] = std::move(argv);
+  }
+  // Starts a stopped process again on its old port (the routers keep its
+  // address), and waits until it serves.
+  void Restart(const std::string& name) {
+    std::vector<std::string> argv = argvs[name];
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == "--listen") argv[i + 1] = addr[name];
+    }
+    procs[name]->Stop(SIGKILL);
+    auto p = std::make_unique<ChildProcess>();
+    p->Start(argv, dir.Sub(name + ".restarted.log"));
+    procs[name] = std::move(p);
+    AwaitPort(name);
   }
   void AwaitPort(const std::string& name) {
     const int port = procs[name]->WaitForPort();
@@ -494,9 +511,9 @@ TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
   const int64_t free = DecodeLoad(first).kv_bytes_free();
   const ModelConfig c = E2eConfig();
   int64_t t = 8;
-  while (MixedKVCache::BytesFor(c, KvDtype::kF32, t + 1) <= free) ++t;
+  while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
   HandoffAttack filler(first, "filler", t - 5);  // reserves (t - 5) + 5 tokens: all but < 2 rows of the budget
-  ASSERT_LT(DecodeLoad(first).kv_bytes_free(), static_cast<uint64_t>(MixedKVCache::BytesFor(c, KvDtype::kF32, 40)));
+  ASSERT_LT(DecodeLoad(first).kv_bytes_free(), static_cast<uint64_t>(MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, 40)));
 
   auto req = IdsRequest(Prompt(20, 5), 20);
   req.mutable_sampling()->set_ignore_eos(true);
@@ -595,11 +612,26 @@ TEST_F(ServingE2eTest, MetricsAddUpAfterRealTraffic) {
   EXPECT_GT(MetricValue(scrape("D1"), "pdserve_decode_kv_bytes_free"), 0);
 }
 
-// Last: it kills a decode worker.
-TEST_F(ServingE2eTest, ZKilledDecodeWorkerGivesUnavailableAndTheOtherServes) {
+// Kills a decode worker mid-stream, and starts it again on its port at the
+// end (also when an assertion fails), so every other test finds the whole
+// stack in any order (the suite runs under --gtest_shuffle).
+TEST_F(ServingE2eTest, KilledDecodeWorkerGivesUnavailableAndTheOtherServes) {
   auto req = IdsRequest(Prompt(10, 6), 3000);
   req.mutable_sampling()->set_ignore_eos(true);
   std::string killed;
+  struct RestartKilled {
+    std::string* name;
+    ~RestartKilled() {
+      if (name->empty()) return;
+      g_stack->Restart(*name);
+      // The routers poll every 100 ms (Rs never, but it never saw the
+      // worker fail), through channels that back off reconnecting for up
+      // to ~2.6 s after the failed polls: wait that out.
+      EXPECT_TRUE(WaitUntil([&] { return DecodeLoad(g_stack->addr[*name]).kv_bytes_free() > 0; },
+                            std::chrono::seconds(20)));
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+    }
+  } restart{&killed};
   const auto t0 = std::chrono::steady_clock::now();
   GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(30), [&](grpc::ClientContext*, auto& r) {
     if (r.ids.size() >= 3 && killed.empty()) {

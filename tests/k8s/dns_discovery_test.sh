@@ -54,17 +54,17 @@ command -v python3 >/dev/null || skip "python3 not found"
 
 # The names and ports the manifests give the router: from the rendered cpu
 # overlay when kubectl is there (overlay overrides included), else from the
-# base's settings file.
+# base's router settings file (router.env: PDSERVE_<FLAG> variables).
 if command -v kubectl >/dev/null && kubectl kustomize "$SRC/k8s/overlays/cpu" >"$WORK/cpu.yaml" 2>/dev/null; then
   setting() { sed -n "s/^  $1: //p" "$WORK/cpu.yaml" | head -1; }
   from="the rendered cpu overlay"
 else
-  setting() { sed -n "s/^$1=//p" "$SRC/k8s/base/pdserve.env" | head -1; }
-  from="k8s/base/pdserve.env"
+  setting() { sed -n "s/^$1=//p" "$SRC/k8s/base/router.env" | head -1; }
+  from="k8s/base/router.env"
 fi
-PREFILL_DNS=$(setting PDSERVE_ROUTER_PREFILL_DNS)
-DECODE_DNS=$(setting PDSERVE_ROUTER_DECODE_DNS)
-[ -n "$PREFILL_DNS" ] && [ -n "$DECODE_DNS" ] || fail "no PDSERVE_ROUTER_{PREFILL,DECODE}_DNS in $from"
+PREFILL_DNS=$(setting PDSERVE_PREFILL_DNS)
+DECODE_DNS=$(setting PDSERVE_DECODE_DNS)
+[ -n "$PREFILL_DNS" ] && [ -n "$DECODE_DNS" ] || fail "no PDSERVE_{PREFILL,DECODE}_DNS in $from"
 case "$PREFILL_DNS$DECODE_DNS" in *,*) fail "one DNS target per kind expected, got $PREFILL_DNS / $DECODE_DNS" ;; esac
 PREFILL_NAME=${PREFILL_DNS%:*}
 DECODE_NAME=${DECODE_DNS%:*}

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The command lines of the manifests run against the real binaries: a flag
-# that a binary does not know makes it exit at start, which on a cluster is
-# a crash loop. For every container of every rendering, with its $(VAR)s
-# expanded from the ConfigMap (tests/k8s/validate.mjs --emit-commands):
-#   - each flag passed is one the binary lists in --helpfull;
-#   - the servers (router, prefill, decode) parse the whole line: run with a
+# The command lines and settings of the manifests run against the real
+# binaries: a flag that a binary does not know makes it exit at start, which
+# on a cluster is a crash loop, and a PDSERVE_<FLAG> variable that names no
+# flag would be ignored. For every container of every rendering, with its
+# $(VAR)s expanded and its PDSERVE_* environment from the ConfigMaps
+# (tests/k8s/validate.mjs --emit-commands):
+#   - each flag passed, and each PDSERVE_<FLAG> variable, is a flag the
+#     binary lists in --helpfull;
+#   - the servers (router, prefill, decode) parse the whole line and
+#     environment: run with a
 #     model directory that does not exist, they must fail on the model, not
 #     on a flag or a value (--kv-transport=nccl of the gpu overlay parses in
 #     every build: without NCCL the worker warns and uses gRPC);
@@ -55,6 +59,9 @@ def default_of(binary, flag):
 def flag_name(arg):
     return arg[2:].split("=", 1)[0].replace("-", "_")
 
+def env_flag(var):
+    return var[len("PDSERVE_"):].lower()
+
 SERVERS = {"pdserve-router", "pdserve-prefill", "pdserve-decode"}
 MISSING_MODEL = "/nonexistent-pdserve-model"
 failures, notes, checked = [], [], 0
@@ -71,15 +78,17 @@ for rendering_set in ("cpu", "gpu"):
             continue
         checked += 1
         flags = [a for a in cmd[1:] if a.startswith("--")]
+        env = c.get("env", {})
         unknown = [a for a in flags if flag_name(a) not in known_flags(binary)]
+        unknown += [v for v in env if env_flag(v) not in known_flags(binary)]
         if unknown:
             failures.append(f"{where}: {binary} does not know {' '.join(unknown)}")
             continue
-        passed = {flag_name(a) for a in flags}
+        passed = {flag_name(a) for a in flags} | {env_flag(v) for v in env}
         if binary in ("pdserve-prefill", "pdserve-decode") and "kv_transport" in known_flags(binary) \
                 and "kv_transport" not in passed:
             failures.append(f"{where}: {binary} has --kv-transport but the manifest does not pass it "
-                            f"(add - --kv-transport=$(PDSERVE_KV_TRANSPORT) to its args in k8s/base)")
+                            f"(add PDSERVE_KV_TRANSPORT to its ConfigMap in k8s/base)")
         if binary not in SERVERS:
             print(f"ok: {where}: {binary} knows every flag")
             continue
@@ -87,6 +96,8 @@ for rendering_set in ("cpu", "gpu"):
         # default) is the one the pod declares and Prometheus scrapes.
         if "metrics_port" in known_flags(binary):
             mp = next((a.split("=", 1)[1] for a in flags if flag_name(a) == "metrics_port" and "=" in a), None)
+            if mp is None:
+                mp = env.get("PDSERVE_METRICS_PORT")
             if mp is None:
                 mp = default_of(binary, "metrics_port")
             if str(mp) != str(c["metricsPort"]) or str(mp) != str(c["scrapePort"]):
@@ -101,9 +112,12 @@ for rendering_set in ("cpu", "gpu"):
                 a = "--model=" + MISSING_MODEL
             line.append(a)
         line[0] = binaries[binary]
-        key = tuple(line)
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith("PDSERVE_")}
+        for k, v in env.items():
+            run_env[k] = MISSING_MODEL if k == "PDSERVE_MODEL" else v.replace("<fieldRef:status.podIP>", "127.0.0.1")
+        key = (tuple(line), tuple(sorted(env.items())))
         if key not in seen:
-            r = subprocess.run(line, capture_output=True, text=True, timeout=120)
+            r = subprocess.run(line, capture_output=True, text=True, timeout=120, env=run_env)
             seen[key] = (r.returncode, (r.stdout + r.stderr).strip())
         returncode, err = seen[key]
         if returncode == 0:

@@ -11,12 +11,15 @@
 //      OpenAPI document (kubeconform's --strict, in effect).
 // Then across the objects of one rendering, pdserve's own rules: Services and
 // policies select real pods on real ports, the router's DNS targets are
-// headless Services of the right pods and ports, every $(VAR) in a command
-// line is defined, drains fit in the grace period, probes are gRPC health on
-// the pod's own port, workers listen on their pod IP, and so on.
+// headless Services of the right pods and ports, every $(VAR) is defined,
+// the servers take their settings from PDSERVE_<FLAG> variables (no $(VAR)
+// in their args), drains fit in the grace period, probes are gRPC health on
+// the pod's own port, workers listen on their pod IP, and so on. A server's
+// setting is its flag in args, else its PDSERVE_<FLAG> variable.
 //
 // --emit-commands writes every container's command line with $(VAR)s
-// expanded, for tests/k8s/manifest_args_test.sh to run against the binaries.
+// expanded, and its PDSERVE_* environment, for
+// tests/k8s/manifest_args_test.sh to run against the binaries.
 //
 // The npm packages come from scripts/fetch_k8s_schemas.sh (.cache/k8s-tools,
 // or $PDSERVE_K8S_TOOLS); NODE_PATH is not used by ES modules, so they are
@@ -186,6 +189,17 @@ function flagValue(args, flag) {
   return undefined;
 }
 
+// A server's setting: --flag in args (the command line wins), else the
+// PDSERVE_<FLAG> variable of its environment.
+function setting(args, env, flag) {
+  return flagValue(args, flag) ?? env.get("PDSERVE_" + flag.toUpperCase().replace(/-/g, "_"));
+}
+
+// The PDSERVE_* variables of a container's environment.
+function pdserveEnv(env) {
+  return Object.fromEntries([...env].filter(([k]) => k.startsWith("PDSERVE_")));
+}
+
 function cpuCores(q) {
   if (q === undefined) return undefined;
   const s = String(q);
@@ -241,20 +255,23 @@ function checkRendering(name, objs, commands) {
       if (c.securityContext?.allowPrivilegeEscalation !== false) fail(cw, "must set allowPrivilegeEscalation: false");
       const metricsPort = (c.ports || []).find((p) => p.name === "metrics")?.containerPort;
       const scrapePort = w.pod.metadata?.annotations?.["prometheus.io/port"];
-      commands.push({ rendering: name, workload: w.where, container: c.name, command: cmd, args,
+      commands.push({ rendering: name, workload: w.where, container: c.name, command: cmd, args, env: pdserveEnv(env),
                       metricsPort: metricsPort ?? null, scrapePort: scrapePort ?? null });
 
       const kind = SERVERS[cmd[0]];
       if (!kind) continue;
       byKind[kind] = { w, c, env, args, cw };
+      for (const a of c.args || []) {
+        if (a.includes("$(")) fail(cw, `${a}: pass settings as PDSERVE_<FLAG> variables, not $(VAR) in args`);
+      }
       if (w.obj.kind !== "Deployment" && w.obj.kind !== "StatefulSet") fail(cw, `${cmd[0]} should run as a Deployment or StatefulSet`);
 
       // The gRPC port: the container port named grpc, which --listen uses.
       const grpcPort = (c.ports || []).find((p) => p.name === "grpc")?.containerPort;
       if (!grpcPort) fail(cw, "needs a container port named grpc");
-      const listen = flagValue(args, "listen");
-      const rawListen = flagValue(c.args || [], "listen");
-      if (!listen) fail(cw, "must pass --listen");
+      const listen = setting(args, env, "listen");
+      const rawListen = flagValue(c.args || [], "listen") ?? (c.env || []).find((e) => e.name === "PDSERVE_LISTEN")?.value;
+      if (!listen) fail(cw, "must set --listen (PDSERVE_LISTEN)");
       else {
         if (!listen.endsWith(`:${grpcPort}`)) fail(cw, `--listen ${listen} is not on the grpc port ${grpcPort}`);
         if (/^(127\.|localhost|\[::1\])/.test(listen)) fail(cw, `--listen ${listen} is loopback: nobody else can reach it`);
@@ -279,7 +296,7 @@ function checkRendering(name, objs, commands) {
       }
 
       // Graceful termination: preStop + drain fit in the grace period.
-      const drain = Number(flagValue(args, "drain-timeout-s") ?? 20);
+      const drain = Number(setting(args, env, "drain-timeout-s") ?? 20);
       const pre = c.lifecycle?.preStop?.exec?.command;
       const preSleep = pre && pre[0] === "sleep" ? Number(pre[1]) : (c.lifecycle?.preStop?.sleep?.seconds ?? 0);
       const grace = spec.terminationGracePeriodSeconds ?? 30;
@@ -288,20 +305,20 @@ function checkRendering(name, objs, commands) {
       }
 
       // Threads match the CPU limit (0 = every core of the node).
-      const threads = flagValue(args, "threads");
+      const threads = setting(args, env, "threads");
       const cpuLimit = cpuCores(c.resources?.limits?.cpu);
       if (threads !== undefined) {
         if (Number(threads) === 0 && cpuLimit) fail(cw, "--threads 0 uses every core of the node: set it to the CPU limit");
         if (cpuLimit && Number(threads) > cpuLimit) fail(cw, `--threads ${threads} exceeds the CPU limit ${cpuLimit}`);
       }
-      const budget = flagValue(args, "kv-budget-mb");
+      const budget = setting(args, env, "kv-budget-mb");
       const mem = memMiB(c.resources?.limits?.memory);
       if (budget !== undefined && mem !== undefined && !c.resources?.limits?.["nvidia.com/gpu"] && Number(budget) >= mem) {
         fail(cw, `--kv-budget-mb ${budget} does not fit in the memory limit (${mem} MiB)`);
       }
 
       // The model: mounted read-only.
-      const model = flagValue(args, "model");
+      const model = setting(args, env, "model");
       const mount = (c.volumeMounts || []).find((m) => model && model.startsWith(m.mountPath));
       if (!mount) fail(cw, `no volume is mounted where --model ${model} points`);
       else if (mount.readOnly !== true) fail(cw, `the model volume ${mount.name} must be mounted readOnly`);
@@ -339,7 +356,7 @@ function checkRendering(name, objs, commands) {
   if (router) {
     for (const [flag, kind] of [["prefill-dns", "prefill"], ["decode-dns", "decode"]]) {
       const where = `${name}: router --${flag}`;
-      const value = flagValue(router.args, flag);
+      const value = setting(router.args, router.env, flag);
       if (!value) {
         fail(where, "not set");
         continue;
@@ -363,7 +380,7 @@ function checkRendering(name, objs, commands) {
           }
           // The router dials the pod IP on the Service's port, without
           // translation: the worker must listen on that very port.
-          if (!String(flagValue(worker.args, "listen")).endsWith(`:${port}`)) {
+          if (!String(setting(worker.args, worker.env, "listen")).endsWith(`:${port}`)) {
             fail(where, `${target}: the ${kind} pods do not listen on port ${port}`);
           }
         }

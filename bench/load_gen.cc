@@ -1,4 +1,4 @@
-#include "clients/load_gen.h"
+#include "bench/load_gen.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "clients/passkey.h"
+#include "common/passkey/passkey.h"
 
 #include <algorithm>
 #include <cmath>
@@ -150,20 +150,98 @@ PasskeyPrompt BuildPasskeyPrompt(uint64_t filler_seed, int64_t filler_words, dou
   return p;
 }
 
+namespace {
+
+// The token count of the prompt with a given number of filler words.
+using WordCounter = std::function<absl::StatusOr<int64_t>(int64_t words)>;
+
+// Filler word counts around the target: f(lo) <= context_length < f(hi)
+// once hi >= 0 (f = the token count).
+struct WordBracket {
+  int64_t lo = 0, flo = 0, hi = -1, fhi = 0;
+};
+
+// Grows lo from 0 filler words (f(0) = `c0` tokens, `fixed_words` words of
+// fixed text) until a count passes context_length (hi is set) or lands on it.
+absl::Status BracketWordCount(int64_t context_length, int64_t c0, int64_t fixed_words, const WordCounter& count,
+                              WordBracket& b) {
+  b = WordBracket{0, c0, -1, 0};
+  // The first guess takes tokens per word from the fixed text; later ones
+  // from the filler measured so far.
+  double per_word = std::max(static_cast<double>(c0) / std::max<int64_t>(fixed_words, 1), 1e-3);
+  // A counter that stops growing would make the search run forever.
+  const int64_t max_words = 16 * context_length + 64;
+  while (b.hi < 0 && b.flo < context_length) {
+    // Aim one word past the estimate so the target is usually bracketed at once.
+    const double step = std::ceil(static_cast<double>(context_length - b.flo) / per_word) + 1;
+    const int64_t next = b.lo + static_cast<int64_t>(std::min(step, static_cast<double>(max_words)));
+    if (next > max_words) {
+      return absl::InternalError(absl::StrCat("the token count stays at ", b.flo, " with ", b.lo,
+                                              " filler words: the counter does not grow with the text"));
+    }
+    absl::StatusOr<int64_t> f = count(next);
+    if (!f.ok()) return f.status();
+    if (*f <= context_length) {
+      b.lo = next;
+      b.flo = *f;
+      if (b.flo > c0) per_word = static_cast<double>(b.flo - c0) / static_cast<double>(b.lo);
+    } else {
+      b.hi = next;
+      b.fhi = *f;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Narrows a bracket until hi = lo + 1 (or f(lo) hits context_length):
+// interpolate (the count is nearly linear in words), then probe the
+// neighbour on the far side, which usually closes the bracket; every third
+// probe bisects so an uneven count still converges in log steps.
+absl::Status NarrowWordBracket(int64_t context_length, const WordCounter& count, WordBracket& b) {
+  int probe = 0;
+  bool step_up = false, step_down = false;
+  while (b.hi >= 0 && b.hi - b.lo > 1 && b.flo < context_length) {
+    int64_t m;
+    if (probe % 3 == 2) {
+      m = b.lo + (b.hi - b.lo) / 2;
+    } else if (step_up) {
+      m = b.lo + 1;
+    } else if (step_down) {
+      m = b.hi - 1;
+    } else {
+      const double frac = static_cast<double>(context_length - b.flo) / static_cast<double>(b.fhi - b.flo);
+      m = b.lo + static_cast<int64_t>(std::floor(frac * static_cast<double>(b.hi - b.lo)));
+    }
+    m = std::clamp(m, b.lo + 1, b.hi - 1);
+    ++probe;
+    absl::StatusOr<int64_t> f = count(m);
+    if (!f.ok()) return f.status();
+    const bool was_step = step_up || step_down;
+    step_up = step_down = false;
+    if (*f <= context_length) {
+      b.lo = m;
+      b.flo = *f;
+      step_up = !was_step;
+    } else {
+      b.hi = m;
+      b.fhi = *f;
+      step_down = !was_step;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<PasskeyPrompt> SizePasskeyPrompt(int64_t context_length, double depth, const std::string& passkey,
                                                 const TokenCounter& count_tokens, int* calls,
                                                 std::optional<uint64_t> filler_seed) {
   const uint64_t seed = filler_seed.value_or(static_cast<uint64_t>(context_length));
   int n_calls = 0;
-  auto count = [&](int64_t words) -> absl::StatusOr<int64_t> {
+  const WordCounter count = [&](int64_t words) -> absl::StatusOr<int64_t> {
     ++n_calls;
     if (calls != nullptr) *calls = n_calls;
     return count_tokens(BuildPasskeyPrompt(seed, words, depth, passkey).text);
-  };
-  auto done = [&](int64_t words, int64_t tokens) {
-    PasskeyPrompt p = BuildPasskeyPrompt(seed, words, depth, passkey);
-    p.tokens = tokens;
-    return p;
   };
 
   absl::StatusOr<int64_t> c0 = count(0);
@@ -173,70 +251,16 @@ absl::StatusOr<PasskeyPrompt> SizePasskeyPrompt(int64_t context_length, double d
                                                    " is below the passkey prompt's minimum: without filler it is ",
                                                    *c0, " tokens"));
   }
-  // Invariant: f(lo) <= context_length < f(hi) once hi >= 0.
-  int64_t lo = 0, flo = *c0, hi = -1, fhi = 0;
-  // The first guess takes tokens per word from the fixed text; later ones
-  // from the filler measured so far.
   const int64_t fixed_words = static_cast<int64_t>(
       std::vector<absl::string_view>(absl::StrSplit(BuildPasskeyPrompt(seed, 0, depth, passkey).text,
                                                     absl::ByAnyChar(" \n"), absl::SkipEmpty()))
           .size());
-  double per_word = std::max(static_cast<double>(*c0) / std::max<int64_t>(fixed_words, 1), 1e-3);
-  // A counter that stops growing would make the search run forever.
-  const int64_t max_words = 16 * context_length + 64;
-  while (hi < 0 && flo < context_length) {
-    // Aim one word past the estimate so the target is usually bracketed at once.
-    const double step = std::ceil(static_cast<double>(context_length - flo) / per_word) + 1;
-    const int64_t next = lo + static_cast<int64_t>(std::min(step, static_cast<double>(max_words)));
-    if (next > max_words) {
-      return absl::InternalError(absl::StrCat("the token count stays at ", flo, " with ", lo,
-                                              " filler words: the counter does not grow with the text"));
-    }
-    absl::StatusOr<int64_t> f = count(next);
-    if (!f.ok()) return f.status();
-    if (*f <= context_length) {
-      lo = next;
-      flo = *f;
-      if (flo > *c0) per_word = static_cast<double>(flo - *c0) / static_cast<double>(lo);
-    } else {
-      hi = next;
-      fhi = *f;
-    }
-  }
-  // Bracketed: interpolate (the count is nearly linear in words), then probe
-  // the neighbour on the far side, which usually closes the bracket; every
-  // third probe bisects so an uneven count still converges in log steps.
-  int probe = 0;
-  bool step_up = false, step_down = false;
-  while (hi >= 0 && hi - lo > 1 && flo < context_length) {
-    int64_t m;
-    if (probe % 3 == 2) {
-      m = lo + (hi - lo) / 2;
-    } else if (step_up) {
-      m = lo + 1;
-    } else if (step_down) {
-      m = hi - 1;
-    } else {
-      const double frac = static_cast<double>(context_length - flo) / static_cast<double>(fhi - flo);
-      m = lo + static_cast<int64_t>(std::floor(frac * static_cast<double>(hi - lo)));
-    }
-    m = std::clamp(m, lo + 1, hi - 1);
-    ++probe;
-    absl::StatusOr<int64_t> f = count(m);
-    if (!f.ok()) return f.status();
-    const bool was_step = step_up || step_down;
-    step_up = step_down = false;
-    if (*f <= context_length) {
-      lo = m;
-      flo = *f;
-      step_up = !was_step;
-    } else {
-      hi = m;
-      fhi = *f;
-      step_down = !was_step;
-    }
-  }
-  return done(lo, flo);
+  WordBracket bracket;
+  if (absl::Status s = BracketWordCount(context_length, *c0, fixed_words, count, bracket); !s.ok()) return s;
+  if (absl::Status s = NarrowWordBracket(context_length, count, bracket); !s.ok()) return s;
+  PasskeyPrompt p = BuildPasskeyPrompt(seed, bracket.lo, depth, passkey);
+  p.tokens = bracket.flo;
+  return p;
 }
 
 std::optional<std::string> ExtractPasskeyAnswer(absl::string_view generated) {

@@ -29,9 +29,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "clients/cli_util.h"
-#include "clients/usage_json.h"
-#include "clients/load_gen.h"
+#include "common/cli/cli_util.h"
+#include "common/cli/usage_json.h"
+#include "bench/load_gen.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"
@@ -338,6 +338,308 @@ std::string SloText(const pdserve::bench::Slo& slo) {
   return absl::StrJoin(parts, " ");
 }
 
+// ---- The run's configuration: the flags, checked (bad values exit 2).
+
+constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
+
+// Where request lengths come from: a file's pairs, or a fixed value or range
+// for each of input and output.
+struct LengthsPlan {
+  std::vector<RequestLengths> file_pairs;
+  pdserve::bench::LengthRange in_range{128, 128}, out_range{32, 32};
+  std::string desc;
+};
+
+struct RunConfig {
+  Options opt;
+  std::string router;
+  int64_t concurrency = 0;
+  double request_rate = 0;
+  int64_t warmup = 0;
+  std::string json_out;
+  bool save_requests = false;
+  LengthsPlan lengths;
+  int64_t num_prompts = 0;
+  pdserve::bench::Slo slo;
+  // The arrival process and the in-flight cap.
+  bool poisson = false;
+  double rate = 0;      // req/s; infinity when all arrive at once
+  int64_t workers = 0;  // threads of the measured run
+  std::string arrival_desc;
+};
+
+// A fixed length, the range of `text`, or `def`.
+pdserve::bench::LengthRange RangeOf(const std::string& text, int64_t fixed, pdserve::bench::LengthRange def,
+                                    const char* flag) {
+  if (fixed > 0) return pdserve::bench::LengthRange{fixed, fixed};
+  if (text.empty()) return def;
+  auto r = pdserve::bench::ParseLengthRange(text);
+  if (!r.ok()) Die(absl::StrCat(flag, ": ", r.status().message()), 2);
+  return *r;
+}
+
+LengthsPlan ParseLengthsPlan() {
+  const std::string lengths_file = absl::GetFlag(FLAGS_lengths_file);
+  const std::string in_range_text = absl::GetFlag(FLAGS_input_len_range);
+  const std::string out_range_text = absl::GetFlag(FLAGS_output_len_range);
+  const int64_t input_len = absl::GetFlag(FLAGS_input_len);
+  const int64_t output_len = absl::GetFlag(FLAGS_output_len);
+  if (input_len < 0 || output_len < 0) Die("--input-len and --output-len must be >= 1", 2);
+  if (input_len > 0 && !in_range_text.empty()) Die("give one of --input-len and --input-len-range", 2);
+  if (output_len > 0 && !out_range_text.empty()) Die("give one of --output-len and --output-len-range", 2);
+  LengthsPlan plan;
+  if (!lengths_file.empty()) {
+    if (input_len > 0 || output_len > 0 || !in_range_text.empty() || !out_range_text.empty()) {
+      Die("--lengths-file replaces --input-len/--output-len and their ranges; give one or the other", 2);
+    }
+    auto pairs = pdserve::bench::ParseLengthsFile(ReadFileOrDie(lengths_file, "--lengths-file"));
+    if (!pairs.ok()) Die(absl::StrCat("--lengths-file ", lengths_file, ": ", pairs.status().message()), 2);
+    plan.file_pairs = *std::move(pairs);
+    plan.desc = absl::StrCat("file ", lengths_file, " (", plan.file_pairs.size(), " pairs)");
+    return plan;
+  }
+  plan.in_range = RangeOf(in_range_text, input_len, plan.in_range, "--input-len-range");
+  plan.out_range = RangeOf(out_range_text, output_len, plan.out_range, "--output-len-range");
+  auto desc = [](const pdserve::bench::LengthRange& r) {
+    return r.lo == r.hi ? absl::StrCat(r.lo) : absl::StrCat("uniform ", r.lo, ":", r.hi);
+  };
+  plan.desc = absl::StrCat("input ", desc(plan.in_range), ", output ", desc(plan.out_range));
+  return plan;
+}
+
+// Poisson at --request-rate, all at once, or a closed loop; and the threads.
+void PlanArrivals(RunConfig* c) {
+  c->poisson = c->request_rate > 0;
+  c->rate = c->poisson ? c->request_rate : std::numeric_limits<double>::infinity();
+  c->workers = c->concurrency > 0 ? c->concurrency : std::min<int64_t>(c->num_prompts, kMaxInFlight);
+  if (c->poisson && !std::isinf(c->rate)) {
+    c->arrival_desc = absl::StrFormat("poisson %g req/s", c->rate);
+  } else if (c->poisson || c->concurrency == 0) {
+    c->arrival_desc = "all at once (rate inf)";
+  } else {
+    c->arrival_desc = "closed loop";
+  }
+  c->arrival_desc += c->concurrency > 0 ? absl::StrCat(", concurrency ", c->concurrency)
+                                        : absl::StrCat(", no concurrency cap (", c->workers, " threads)");
+}
+
+RunConfig ParseRunConfig() {
+  RunConfig c;
+  Options& opt = c.opt;
+  opt.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  opt.seed = absl::GetFlag(FLAGS_seed);
+  opt.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  opt.temperature = absl::GetFlag(FLAGS_temperature);
+  opt.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  c.router = absl::GetFlag(FLAGS_router);
+  c.concurrency = absl::GetFlag(FLAGS_concurrency);
+  c.request_rate = absl::GetFlag(FLAGS_request_rate);
+  c.warmup = absl::GetFlag(FLAGS_warmup);
+  c.json_out = absl::GetFlag(FLAGS_json_out);
+  c.save_requests = absl::GetFlag(FLAGS_save_requests);
+
+  if (opt.vocab_size < 1 || opt.vocab_size > kU32Max + 1) Die("--vocab-size must be in [1, 2^32]", 2);
+  if (c.concurrency < 0 || c.concurrency > kMaxInFlight) {
+    Die(absl::StrCat("--concurrency must be in [0, ", kMaxInFlight, "]"), 2);
+  }
+  if (!(c.request_rate >= 0)) Die("--request-rate must be > 0 or inf (0 = not given)", 2);
+  if (c.warmup < 0) Die("--warmup must be >= 0", 2);
+  if (!(opt.deadline_s >= 0)) Die("--deadline-s must be >= 0 (0 = none)", 2);
+  if (c.save_requests && c.json_out.empty()) Die("--save-requests needs --json-out FILE", 2);
+
+  c.lengths = ParseLengthsPlan();
+  c.num_prompts = absl::GetFlag(FLAGS_num_prompts);
+  if (c.num_prompts < 0) Die("--num-prompts must be >= 1 (0 = the default)", 2);
+  if (c.num_prompts == 0) {
+    c.num_prompts = c.lengths.file_pairs.empty() ? 100 : static_cast<int64_t>(c.lengths.file_pairs.size());
+  }
+  const std::string goodput_text = absl::GetFlag(FLAGS_goodput);
+  if (!goodput_text.empty()) {
+    auto parsed = pdserve::bench::ParseSlo(goodput_text);
+    if (!parsed.ok()) Die(absl::StrCat("--goodput: ", parsed.status().message()), 2);
+    c.slo = *parsed;
+  }
+  PlanArrivals(&c);
+  return c;
+}
+
+// ---- The phases.
+
+// `n` records named `prefix`i; their lengths and prompt seeds come from
+// `stream` of the seed (the measured run is stream 1, the warmup stream 3).
+std::vector<Record> MakeRecords(const RunConfig& c, int64_t n, uint64_t stream, const char* prefix) {
+  const uint64_t seed = c.opt.seed;
+  std::vector<RequestLengths> lengths =
+      c.lengths.file_pairs.empty()
+          ? pdserve::bench::SampleLengths(n, c.lengths.in_range, c.lengths.out_range,
+                                          pdserve::bench::StreamSeed(seed, stream))
+          : pdserve::bench::CycleLengths(n, c.lengths.file_pairs);
+  for (const RequestLengths& l : lengths) {
+    if (l.input > kU32Max || l.output > kU32Max) Die("lengths must fit in uint32", 2);
+  }
+  std::vector<Record> records(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    Record& r = records[static_cast<size_t>(i)];
+    r.index = i;
+    r.request_id = absl::StrCat(prefix, i);
+    r.lengths = lengths[static_cast<size_t>(i)];
+    r.prompt_seed = stream == 1 ? seed : pdserve::bench::StreamSeed(seed, stream);
+  }
+  return records;
+}
+
+std::unique_ptr<pdserve::v1::Generator::Stub> ConnectOrDie(const std::string& router) {
+  auto channel = pdserve::MakeChannel(router);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+    Die(absl::StrCat("cannot connect to the router at ", router, " within 10 s"), 1);
+  }
+  return pdserve::v1::Generator::NewStub(channel);
+}
+
+// --warmup requests at --concurrency (or one at a time), not counted; exits 1
+// when every one fails.
+void RunWarmup(pdserve::v1::Generator::Stub* stub, const RunConfig& c) {
+  std::vector<Record> warm = MakeRecords(c, c.warmup, 3, "bench-warmup-");
+  RunPhase(stub, c.opt, "warmup", std::vector<double>(static_cast<size_t>(c.warmup), 0.0),
+           c.concurrency > 0 ? c.concurrency : 1, &warm);
+  const auto ok = std::count_if(warm.begin(), warm.end(), [](const Record& r) { return r.timing.ok; });
+  if (ok == 0) {
+    Die(absl::StrCat("every warmup request failed; first error: ", warm[0].error_code, ": ", warm[0].error), 1);
+  }
+}
+
+// ---- The report.
+
+// What the measured run produced.
+struct RunResult {
+  std::vector<Record> records;
+  double duration_s = 0;
+  pdserve::bench::RunMetrics metrics;
+  ServerStats server;
+};
+
+void PrintTable(const RunConfig& c, const RunResult& res) {
+  const pdserve::bench::RunMetrics& m = res.metrics;
+  Title(" Serving Benchmark Result ", '=');
+  Row("Arrivals:", c.arrival_desc);
+  Row("Lengths:", c.lengths.desc);
+  Row("Successful requests:", absl::StrCat(m.completed));
+  Row("Failed requests:", absl::StrCat(m.failed));
+  for (const auto& [code, count] : m.failed_by_code) Row(absl::StrCat("  ", code, ":"), absl::StrCat(count));
+  Row("Benchmark duration (s):", Num(res.duration_s));
+  Row("Total input tokens:", absl::StrCat(m.total_input_tokens));
+  Row("Total generated tokens:", absl::StrCat(m.total_output_tokens));
+  Row("Request throughput (req/s):", Num(m.request_throughput));
+  Row("Output token throughput (tok/s):", Num(m.output_throughput));
+  Row("Total token throughput (tok/s):", Num(m.total_token_throughput));
+  if (m.goodput) {
+    Row("Goodput SLO:", SloText(c.slo));
+    Row("Good requests:", absl::StrCat(*m.good));
+    Row("Request goodput (req/s):", Num(*m.goodput));
+  }
+  SummaryRows("Time to First Token", "TTFT", m.ttft_ms);
+  SummaryRows("Time per Output Token (excl. 1st token)", "TPOT", m.tpot_ms);
+  SummaryRows("Inter-token Latency", "ITL", m.itl_ms);
+  SummaryRows("End-to-end Latency", "E2EL", m.e2el_ms);
+  Title("Server-reported (Usage)", '-');
+  Row("Mean server TTFT (ms):", Num(res.server.ttft_ms.mean));
+  Row("P99 server TTFT (ms):", Num(res.server.ttft_ms.p99));
+  Row("Mean KV hand-off (bytes):", Num(res.server.kv_handoff_bytes.mean, 0));
+  Row("Mean KV hand-off (ms):", Num(res.server.kv_handoff_ms.mean));
+  Row("Mean KV hand-off exposed (ms):", Num(res.server.kv_handoff_exposed_ms.mean));
+  Row("Mean prefill (ms):", Num(res.server.prefill_ms.mean));
+  Title("", '=');
+  for (const Record& r : res.records) {
+    if (!r.timing.ok) {
+      std::printf("first failure: request %s: %s: %s\n", r.request_id.c_str(), r.error_code.c_str(), r.error.c_str());
+      break;
+    }
+  }
+  std::fflush(stdout);
+}
+
+// One measured request's record (--save-requests).
+nlohmann::ordered_json RequestJson(const Record& r, const pdserve::bench::Slo& slo) {
+  using nlohmann::ordered_json;
+  const std::optional<double> tpot = pdserve::bench::TpotMs(r.timing);
+  const bool ok = r.timing.ok;
+  return {{"index", r.index},
+          {"request_id", r.request_id},
+          {"input_len", r.lengths.input},
+          {"output_len", r.lengths.output},
+          {"scheduled_s", r.scheduled_s},
+          {"start_s", r.start_s},
+          {"ok", ok},
+          {"error_code", ok ? ordered_json(nullptr) : ordered_json(r.error_code)},
+          {"error", ok ? ordered_json(nullptr) : ordered_json(r.error)},
+          {"output_tokens", r.timing.output_tokens},
+          {"messages", r.messages},
+          {"finish_reason", r.finish_reason.empty() ? ordered_json(nullptr) : ordered_json(r.finish_reason)},
+          {"ttft_ms", r.timing.output_tokens > 0 ? ordered_json(r.timing.ttft_ms) : ordered_json(nullptr)},
+          {"tpot_ms", tpot ? ordered_json(*tpot) : ordered_json(nullptr)},
+          {"e2el_ms", r.timing.e2el_ms},
+          {"itl_ms", r.timing.itl_ms},
+          {"good", slo.empty() ? ordered_json(nullptr) : ordered_json(pdserve::bench::MeetsSlo(r.timing, slo))},
+          {"usage", r.usage ? pdserve::UsageToJson(*r.usage) : ordered_json(nullptr)}};
+}
+
+// The run's settings as the first keys of the JSON report.
+nlohmann::ordered_json SettingsJson(const RunConfig& c) {
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["router"] = c.router;
+  j["num_prompts"] = c.num_prompts;
+  j["seed"] = c.opt.seed;
+  j["request_rate"] =
+      c.poisson ? (std::isinf(c.rate) ? ordered_json("inf") : ordered_json(c.rate)) : ordered_json(nullptr);
+  j["concurrency"] = c.concurrency > 0 ? ordered_json(c.concurrency) : ordered_json(nullptr);
+  j["arrivals"] = c.arrival_desc;
+  j["lengths"] = c.lengths.desc;
+  j["vocab_size"] = c.opt.vocab_size;
+  j["warmup"] = c.warmup;
+  const pdserve::bench::Slo& slo = c.slo;
+  j["goodput_slo_ms"] = {{"ttft", slo.ttft_ms ? ordered_json(*slo.ttft_ms) : ordered_json(nullptr)},
+                         {"tpot", slo.tpot_ms ? ordered_json(*slo.tpot_ms) : ordered_json(nullptr)},
+                         {"e2el", slo.e2el_ms ? ordered_json(*slo.e2el_ms) : ordered_json(nullptr)}};
+  return j;
+}
+
+void WriteJson(const RunConfig& c, const RunResult& res) {
+  using nlohmann::ordered_json;
+  const pdserve::bench::RunMetrics& m = res.metrics;
+  ordered_json j = SettingsJson(c);
+  j["successful_requests"] = m.completed;
+  j["failed_requests"] = m.failed;
+  j["failed_by_code"] = ordered_json::object();
+  for (const auto& [code, count] : m.failed_by_code) j["failed_by_code"][code] = count;
+  j["duration_s"] = res.duration_s;
+  j["total_input_tokens"] = m.total_input_tokens;
+  j["total_output_tokens"] = m.total_output_tokens;
+  j["request_throughput"] = m.request_throughput;
+  j["output_throughput"] = m.output_throughput;
+  j["total_token_throughput"] = m.total_token_throughput;
+  j["good_requests"] = m.good ? ordered_json(*m.good) : ordered_json(nullptr);
+  j["request_goodput"] = m.goodput ? ordered_json(*m.goodput) : ordered_json(nullptr);
+  j["ttft_ms"] = SummaryJson(m.ttft_ms);
+  j["tpot_ms"] = SummaryJson(m.tpot_ms);
+  j["itl_ms"] = SummaryJson(m.itl_ms);
+  j["e2el_ms"] = SummaryJson(m.e2el_ms);
+  j["server"] = {{"ttft_ms", SummaryJson(res.server.ttft_ms)},
+                 {"kv_handoff_bytes_mean", JNum(res.server.kv_handoff_bytes.mean)},
+                 {"kv_handoff_ms_mean", JNum(res.server.kv_handoff_ms.mean)},
+                 {"kv_handoff_exposed_ms_mean", JNum(res.server.kv_handoff_exposed_ms.mean)},
+                 {"prefill_ms_mean", JNum(res.server.prefill_ms.mean)}};
+  if (c.save_requests) {
+    j["requests"] = ordered_json::array();
+    for (const Record& r : res.records) j["requests"].push_back(RequestJson(r, c.slo));
+  }
+  std::ofstream out(c.json_out);
+  out << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+  out.close();
+  if (!out) Die(absl::StrCat("cannot write --json-out ", c.json_out), 1);
+  std::fprintf(stderr, "pdserve-bench: wrote %s\n", c.json_out.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,246 +668,25 @@ int main(int argc, char** argv) {
       "Progress goes to stderr, the table to stdout. Exit: 0 when any request succeeded, 1 when the\n"
       "router cannot be reached or every request failed, 2 on bad flags.");
 
-  Options opt;
-  opt.vocab_size = absl::GetFlag(FLAGS_vocab_size);
-  opt.seed = absl::GetFlag(FLAGS_seed);
-  opt.deadline_s = absl::GetFlag(FLAGS_deadline_s);
-  opt.temperature = absl::GetFlag(FLAGS_temperature);
-  opt.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
-  const std::string router = absl::GetFlag(FLAGS_router);
-  const int64_t concurrency = absl::GetFlag(FLAGS_concurrency);
-  const double request_rate = absl::GetFlag(FLAGS_request_rate);
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup);
-  const std::string json_out = absl::GetFlag(FLAGS_json_out);
-  const bool save_requests = absl::GetFlag(FLAGS_save_requests);
-  constexpr int64_t kU32Max = std::numeric_limits<uint32_t>::max();
-
-  if (opt.vocab_size < 1 || opt.vocab_size > kU32Max + 1) Die("--vocab-size must be in [1, 2^32]", 2);
-  if (concurrency < 0 || concurrency > kMaxInFlight) Die(absl::StrCat("--concurrency must be in [0, ", kMaxInFlight, "]"), 2);
-  if (!(request_rate >= 0)) Die("--request-rate must be > 0 or inf (0 = not given)", 2);
-  if (warmup < 0) Die("--warmup must be >= 0", 2);
-  if (!(opt.deadline_s >= 0)) Die("--deadline-s must be >= 0 (0 = none)", 2);
-  if (save_requests && json_out.empty()) Die("--save-requests needs --json-out FILE", 2);
-
-  // Lengths: a file, or a fixed value or range for each of input and output.
-  const std::string lengths_file = absl::GetFlag(FLAGS_lengths_file);
-  const std::string in_range_text = absl::GetFlag(FLAGS_input_len_range);
-  const std::string out_range_text = absl::GetFlag(FLAGS_output_len_range);
-  const int64_t input_len = absl::GetFlag(FLAGS_input_len);
-  const int64_t output_len = absl::GetFlag(FLAGS_output_len);
-  if (input_len < 0 || output_len < 0) Die("--input-len and --output-len must be >= 1", 2);
-  if (input_len > 0 && !in_range_text.empty()) Die("give one of --input-len and --input-len-range", 2);
-  if (output_len > 0 && !out_range_text.empty()) Die("give one of --output-len and --output-len-range", 2);
-  std::vector<RequestLengths> file_pairs;
-  pdserve::bench::LengthRange in_range{128, 128}, out_range{32, 32};
-  std::string lengths_desc;
-  if (!lengths_file.empty()) {
-    if (input_len > 0 || output_len > 0 || !in_range_text.empty() || !out_range_text.empty()) {
-      Die("--lengths-file replaces --input-len/--output-len and their ranges; give one or the other", 2);
-    }
-    auto pairs = pdserve::bench::ParseLengthsFile(ReadFileOrDie(lengths_file, "--lengths-file"));
-    if (!pairs.ok()) Die(absl::StrCat("--lengths-file ", lengths_file, ": ", pairs.status().message()), 2);
-    file_pairs = *std::move(pairs);
-    lengths_desc = absl::StrCat("file ", lengths_file, " (", file_pairs.size(), " pairs)");
-  } else {
-    auto range_of = [](const std::string& text, int64_t fixed, pdserve::bench::LengthRange def, const char* flag) {
-      if (fixed > 0) return pdserve::bench::LengthRange{fixed, fixed};
-      if (text.empty()) return def;
-      auto r = pdserve::bench::ParseLengthRange(text);
-      if (!r.ok()) Die(absl::StrCat(flag, ": ", r.status().message()), 2);
-      return *r;
-    };
-    in_range = range_of(in_range_text, input_len, in_range, "--input-len-range");
-    out_range = range_of(out_range_text, output_len, out_range, "--output-len-range");
-    auto desc = [](const pdserve::bench::LengthRange& r) {
-      return r.lo == r.hi ? absl::StrCat(r.lo) : absl::StrCat("uniform ", r.lo, ":", r.hi);
-    };
-    lengths_desc = absl::StrCat("input ", desc(in_range), ", output ", desc(out_range));
-  }
-  const auto check_lengths = [&](const std::vector<RequestLengths>& v) {
-    for (const RequestLengths& l : v) {
-      if (l.input > kU32Max || l.output > kU32Max) Die("lengths must fit in uint32", 2);
-    }
-  };
-  int64_t num_prompts = absl::GetFlag(FLAGS_num_prompts);
-  if (num_prompts < 0) Die("--num-prompts must be >= 1 (0 = the default)", 2);
-  if (num_prompts == 0) num_prompts = file_pairs.empty() ? 100 : static_cast<int64_t>(file_pairs.size());
-
-  pdserve::bench::Slo slo;
-  const std::string goodput_text = absl::GetFlag(FLAGS_goodput);
-  if (!goodput_text.empty()) {
-    auto parsed = pdserve::bench::ParseSlo(goodput_text);
-    if (!parsed.ok()) Die(absl::StrCat("--goodput: ", parsed.status().message()), 2);
-    slo = *parsed;
-  }
-
-  // The arrival process and the in-flight cap.
-  const bool poisson = request_rate > 0;
-  const double rate = poisson ? request_rate : std::numeric_limits<double>::infinity();
-  const int64_t workers = concurrency > 0 ? concurrency : std::min<int64_t>(num_prompts, kMaxInFlight);
-  std::string arrival_desc;
-  if (poisson && !std::isinf(rate)) {
-    arrival_desc = absl::StrFormat("poisson %g req/s", rate);
-  } else if (poisson || concurrency == 0) {
-    arrival_desc = "all at once (rate inf)";
-  } else {
-    arrival_desc = "closed loop";
-  }
-  arrival_desc += concurrency > 0 ? absl::StrCat(", concurrency ", concurrency)
-                                  : absl::StrCat(", no concurrency cap (", workers, " threads)");
-  auto arrivals = pdserve::bench::PoissonArrivals(num_prompts, rate, pdserve::bench::StreamSeed(opt.seed, 2));
+  const RunConfig c = ParseRunConfig();
+  auto arrivals = pdserve::bench::PoissonArrivals(c.num_prompts, c.rate, pdserve::bench::StreamSeed(c.opt.seed, 2));
   if (!arrivals.ok()) Die(arrivals.status(), 2);
+  RunResult res;
+  res.records = MakeRecords(c, c.num_prompts, 1, "bench-");
 
-  // The measured requests, and the warmup's from streams of their own.
-  const auto make_records = [&](int64_t n, uint64_t stream, const char* prefix) {
-    std::vector<RequestLengths> lengths =
-        file_pairs.empty()
-            ? pdserve::bench::SampleLengths(n, in_range, out_range, pdserve::bench::StreamSeed(opt.seed, stream))
-            : pdserve::bench::CycleLengths(n, file_pairs);
-    check_lengths(lengths);
-    std::vector<Record> records(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      Record& r = records[static_cast<size_t>(i)];
-      r.index = i;
-      r.request_id = absl::StrCat(prefix, i);
-      r.lengths = lengths[static_cast<size_t>(i)];
-      r.prompt_seed = stream == 1 ? opt.seed : pdserve::bench::StreamSeed(opt.seed, stream);
-    }
-    return records;
-  };
-  std::vector<Record> records = make_records(num_prompts, 1, "bench-");
-
-  auto channel = pdserve::MakeChannel(router);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
-    Die(absl::StrCat("cannot connect to the router at ", router, " within 10 s"), 1);
-  }
-  auto stub = pdserve::v1::Generator::NewStub(channel);
-  std::fprintf(stderr, "pdserve-bench: %lld requests to %s, %s; %s; seed %llu\n", static_cast<long long>(num_prompts),
-               router.c_str(), arrival_desc.c_str(), lengths_desc.c_str(), static_cast<unsigned long long>(opt.seed));
-
-  if (warmup > 0) {
-    std::vector<Record> warm = make_records(warmup, 3, "bench-warmup-");
-    RunPhase(stub.get(), opt, "warmup", std::vector<double>(static_cast<size_t>(warmup), 0.0),
-             concurrency > 0 ? concurrency : 1, &warm);
-    const auto ok = std::count_if(warm.begin(), warm.end(), [](const Record& r) { return r.timing.ok; });
-    if (ok == 0) {
-      Die(absl::StrCat("every warmup request failed; first error: ", warm[0].error_code, ": ", warm[0].error), 1);
-    }
-  }
-
-  const double duration_s = RunPhase(stub.get(), opt, "run", *arrivals, workers, &records);
+  auto stub = ConnectOrDie(c.router);
+  std::fprintf(stderr, "pdserve-bench: %lld requests to %s, %s; %s; seed %llu\n", static_cast<long long>(c.num_prompts),
+               c.router.c_str(), c.arrival_desc.c_str(), c.lengths.desc.c_str(),
+               static_cast<unsigned long long>(c.opt.seed));
+  if (c.warmup > 0) RunWarmup(stub.get(), c);
+  res.duration_s = RunPhase(stub.get(), c.opt, "run", *arrivals, c.workers, &res.records);
 
   std::vector<pdserve::bench::RequestOutcome> outcomes;
-  for (const Record& r : records) outcomes.push_back({r.timing, r.lengths.input, r.error_code});
-  const pdserve::bench::RunMetrics m = pdserve::bench::ComputeRunMetrics(outcomes, duration_s, slo);
-  const ServerStats server = ComputeServerStats(records);
-
-  Title(" Serving Benchmark Result ", '=');
-  Row("Arrivals:", arrival_desc);
-  Row("Lengths:", lengths_desc);
-  Row("Successful requests:", absl::StrCat(m.completed));
-  Row("Failed requests:", absl::StrCat(m.failed));
-  for (const auto& [code, count] : m.failed_by_code) Row(absl::StrCat("  ", code, ":"), absl::StrCat(count));
-  Row("Benchmark duration (s):", Num(duration_s));
-  Row("Total input tokens:", absl::StrCat(m.total_input_tokens));
-  Row("Total generated tokens:", absl::StrCat(m.total_output_tokens));
-  Row("Request throughput (req/s):", Num(m.request_throughput));
-  Row("Output token throughput (tok/s):", Num(m.output_throughput));
-  Row("Total token throughput (tok/s):", Num(m.total_token_throughput));
-  if (m.goodput) {
-    Row("Goodput SLO:", SloText(slo));
-    Row("Good requests:", absl::StrCat(*m.good));
-    Row("Request goodput (req/s):", Num(*m.goodput));
-  }
-  SummaryRows("Time to First Token", "TTFT", m.ttft_ms);
-  SummaryRows("Time per Output Token (excl. 1st token)", "TPOT", m.tpot_ms);
-  SummaryRows("Inter-token Latency", "ITL", m.itl_ms);
-  SummaryRows("End-to-end Latency", "E2EL", m.e2el_ms);
-  Title("Server-reported (Usage)", '-');
-  Row("Mean server TTFT (ms):", Num(server.ttft_ms.mean));
-  Row("P99 server TTFT (ms):", Num(server.ttft_ms.p99));
-  Row("Mean KV hand-off (bytes):", Num(server.kv_handoff_bytes.mean, 0));
-  Row("Mean KV hand-off (ms):", Num(server.kv_handoff_ms.mean));
-  Row("Mean KV hand-off exposed (ms):", Num(server.kv_handoff_exposed_ms.mean));
-  Row("Mean prefill (ms):", Num(server.prefill_ms.mean));
-  Title("", '=');
-  for (const Record& r : records) {
-    if (!r.timing.ok) {
-      std::printf("first failure: request %s: %s: %s\n", r.request_id.c_str(), r.error_code.c_str(), r.error.c_str());
-      break;
-    }
-  }
-  std::fflush(stdout);
-
-  if (!json_out.empty()) {
-    using nlohmann::ordered_json;
-    ordered_json j;
-    j["router"] = router;
-    j["num_prompts"] = num_prompts;
-    j["seed"] = opt.seed;
-    j["request_rate"] = poisson ? (std::isinf(rate) ? ordered_json("inf") : ordered_json(rate)) : ordered_json(nullptr);
-    j["concurrency"] = concurrency > 0 ? ordered_json(concurrency) : ordered_json(nullptr);
-    j["arrivals"] = arrival_desc;
-    j["lengths"] = lengths_desc;
-    j["vocab_size"] = opt.vocab_size;
-    j["warmup"] = warmup;
-    j["goodput_slo_ms"] = {{"ttft", slo.ttft_ms ? ordered_json(*slo.ttft_ms) : ordered_json(nullptr)},
-                           {"tpot", slo.tpot_ms ? ordered_json(*slo.tpot_ms) : ordered_json(nullptr)},
-                           {"e2el", slo.e2el_ms ? ordered_json(*slo.e2el_ms) : ordered_json(nullptr)}};
-    j["successful_requests"] = m.completed;
-    j["failed_requests"] = m.failed;
-    j["failed_by_code"] = ordered_json::object();
-    for (const auto& [code, count] : m.failed_by_code) j["failed_by_code"][code] = count;
-    j["duration_s"] = duration_s;
-    j["total_input_tokens"] = m.total_input_tokens;
-    j["total_output_tokens"] = m.total_output_tokens;
-    j["request_throughput"] = m.request_throughput;
-    j["output_throughput"] = m.output_throughput;
-    j["total_token_throughput"] = m.total_token_throughput;
-    j["good_requests"] = m.good ? ordered_json(*m.good) : ordered_json(nullptr);
-    j["request_goodput"] = m.goodput ? ordered_json(*m.goodput) : ordered_json(nullptr);
-    j["ttft_ms"] = SummaryJson(m.ttft_ms);
-    j["tpot_ms"] = SummaryJson(m.tpot_ms);
-    j["itl_ms"] = SummaryJson(m.itl_ms);
-    j["e2el_ms"] = SummaryJson(m.e2el_ms);
-    j["server"] = {{"ttft_ms", SummaryJson(server.ttft_ms)},
-                   {"kv_handoff_bytes_mean", JNum(server.kv_handoff_bytes.mean)},
-                   {"kv_handoff_ms_mean", JNum(server.kv_handoff_ms.mean)},
-                   {"kv_handoff_exposed_ms_mean", JNum(server.kv_handoff_exposed_ms.mean)},
-                   {"prefill_ms_mean", JNum(server.prefill_ms.mean)}};
-    if (save_requests) {
-      j["requests"] = ordered_json::array();
-      for (const Record& r : records) {
-        const std::optional<double> tpot = pdserve::bench::TpotMs(r.timing);
-        const bool ok = r.timing.ok;
-        j["requests"].push_back(
-            {{"index", r.index},
-             {"request_id", r.request_id},
-             {"input_len", r.lengths.input},
-             {"output_len", r.lengths.output},
-             {"scheduled_s", r.scheduled_s},
-             {"start_s", r.start_s},
-             {"ok", ok},
-             {"error_code", ok ? ordered_json(nullptr) : ordered_json(r.error_code)},
-             {"error", ok ? ordered_json(nullptr) : ordered_json(r.error)},
-             {"output_tokens", r.timing.output_tokens},
-             {"messages", r.messages},
-             {"finish_reason", r.finish_reason.empty() ? ordered_json(nullptr) : ordered_json(r.finish_reason)},
-             {"ttft_ms", r.timing.output_tokens > 0 ? ordered_json(r.timing.ttft_ms) : ordered_json(nullptr)},
-             {"tpot_ms", tpot ? ordered_json(*tpot) : ordered_json(nullptr)},
-             {"e2el_ms", r.timing.e2el_ms},
-             {"itl_ms", r.timing.itl_ms},
-             {"good", slo.empty() ? ordered_json(nullptr) : ordered_json(pdserve::bench::MeetsSlo(r.timing, slo))},
-             {"usage", r.usage ? pdserve::UsageToJson(*r.usage) : ordered_json(nullptr)}});
-      }
-    }
-    std::ofstream out(json_out);
-    out << j.dump(2, ' ', false, ordered_json::error_handler_t::replace) << "\n";
-    out.close();
-    if (!out) Die(absl::StrCat("cannot write --json-out ", json_out), 1);
-    std::fprintf(stderr, "pdserve-bench: wrote %s\n", json_out.c_str());
-  }
-
-  if (m.completed == 0) Die(absl::StrCat("every request failed (", m.failed, "; see the table)"), 1);
+  for (const Record& r : res.records) outcomes.push_back({r.timing, r.lengths.input, r.error_code});
+  res.metrics = pdserve::bench::ComputeRunMetrics(outcomes, res.duration_s, c.slo);
+  res.server = ComputeServerStats(res.records);
+  PrintTable(c, res);
+  if (!c.json_out.empty()) WriteJson(c, res);
+  if (res.metrics.completed == 0) Die(absl::StrCat("every request failed (", res.metrics.failed, "; see the table)"), 1);
   return 0;
 }

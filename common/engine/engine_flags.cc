@@ -1,4 +1,4 @@
-#include "common/net/engine_flags.h"
+#include "common/engine/engine_flags.h"
 
 #include <ATen/ATen.h>
 
@@ -18,23 +18,35 @@ ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
 
 namespace pdserve {
 
-absl::StatusOr<LoadedEngine> LoadEngineFromFlags() {
-  LoadedEngine out;
+absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine() {
+  EngineFlags out;
   out.model_dir = absl::GetFlag(FLAGS_model);
   if (out.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
-  EngineOptions eo;
-  auto wd = ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
-  if (!wd.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights-dtype: ", wd.status().message()));
-  auto kd = ParseKvDtype(absl::GetFlag(FLAGS_kv_dtype));
-  if (!kd.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", kd.status().message()));
-  eo.weights_dtype = *wd;
-  eo.kv.dtype = *kd;
-  eo.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  eo.num_threads = absl::GetFlag(FLAGS_threads);
-  if (eo.prefill_chunk < 1) return absl::InvalidArgumentError("--prefill-chunk must be >= 1");
+  const std::string weights = absl::GetFlag(FLAGS_weights_dtype);
+  auto wd = ParseWeightsDtype(weights);
+  if (!wd.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights-dtype=", weights, ": ", wd.status().message()));
+  const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
+  auto kd = ParseKvDtype(kv);
+  if (!kd.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype=", kv, ": ", kd.status().message()));
+  out.options.weights_dtype = *wd;
+  out.options.kv.dtype = *kd;
+  out.options.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  out.options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (out.options.prefill_chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-chunk=", out.options.prefill_chunk, ": must be >= 1"));
+  }
+  if (out.options.num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", out.options.num_threads, ": must be >= 0"));
+  }
+  return out;
+}
 
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags() {
+  ASSIGN_OR_RETURN(EngineFlags flags, EngineFlagsFromCommandLine());
+  LoadedEngine out;
+  out.model_dir = flags.model_dir;
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(out.engine, Engine::Load(out.model_dir, eo));
+  ASSIGN_OR_RETURN(out.engine, Engine::Load(out.model_dir, flags.options));
   out.fingerprint = ModelFingerprint(out.engine->model().weights());
   // Warmup: the first forward pays for allocator and kernel setup.
   auto seq = out.engine->NewSequence();

@@ -1,4 +1,4 @@
-#include "clients/cli_util.h"
+#include "common/cli/cli_util.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -95,6 +95,10 @@ void InitCli(int argc, char** argv, const char* usage) {
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   usage_config.normalize_filename = [](absl::string_view file) {
     absl::ConsumePrefix(&file, PDSERVE_SOURCE_PREFIX);
+    // A compiler launcher that rewrites absolute paths (ccache's base_dir)
+    // leaves them relative to the build directory.
+    while (absl::ConsumePrefix(&file, "../") || absl::ConsumePrefix(&file, "./")) {
+    }
     return std::string(file);
   };
   usage_config.version_string = [] {

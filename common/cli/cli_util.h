@@ -1,5 +1,7 @@
-// Shared helpers for the command-line tools: flag parsing with a usage line,
-// and failing with one clear line.
+// What every pdserve binary (servers, clients, benchmarks, the trainer)
+// shares on the command line: flag parsing with a usage line, PDSERVE_<FLAG>
+// environment variables, --help and --version, and failing with one clear
+// line.
 #pragma once
 
 #include <cstdint>

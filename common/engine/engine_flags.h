@@ -1,0 +1,47 @@
+// The engine flags, declared once for every binary that loads a model
+// (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk):
+//   EngineFlagsFromCommandLine  validates them into EngineOptions (no loading)
+//   LoadEngineFromFlags         validates, loads the checkpoint, fingerprints
+//                               it and runs a warmup generation, so that a
+//                               server only listens once it can answer.
+// Link pdserve_engine_flags; the FLAGS_* below are readable with
+// absl::GetFlag where a binary needs one itself.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "common/engine/engine.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, weights_dtype);
+ABSL_DECLARE_FLAG(std::string, kv_dtype);
+ABSL_DECLARE_FLAG(int, threads);
+ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
+
+namespace pdserve {
+
+struct EngineFlags {
+  std::string model_dir;  // --model
+  EngineOptions options;  // dtypes, threads, prefill chunk
+};
+
+// InvalidArgument naming the flag and its value: --model missing, an unknown
+// dtype, --prefill-chunk < 1 or --threads < 0.
+absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine();
+
+struct LoadedEngine {
+  std::unique_ptr<Engine> engine;
+  std::string fingerprint;  // ModelFingerprint of the weights
+  std::string model_dir;
+};
+
+// EngineFlagsFromCommandLine, then loads the model and runs a one-token
+// prefill plus one decode step. InvalidArgument for bad flag values; the
+// loader's errors (NotFound, DataLoss) otherwise.
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags();
+
+}  // namespace pdserve

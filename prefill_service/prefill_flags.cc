@@ -1,0 +1,28 @@
+#include "prefill_service/prefill_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(int, handoff_heartbeat_ms, 5000,
+          "While a prompt is prefilled, milliseconds between the heartbeats that keep its decode worker's hand-off "
+          "timeout from expiring.");
+ABSL_FLAG(int, max_queue, 16, "Prompts that may wait for an executor; more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, executors, 1, "Prompts prefilled at once.");
+
+namespace pdserve {
+
+absl::StatusOr<PrefillServiceOptions> PrefillOptionsFromFlags() {
+  PrefillServiceOptions po;
+  po.max_queue = absl::GetFlag(FLAGS_max_queue);
+  po.executors = absl::GetFlag(FLAGS_executors);
+  const int heartbeat_ms = absl::GetFlag(FLAGS_handoff_heartbeat_ms);
+  po.progress_interval = absl::Milliseconds(heartbeat_ms);
+  if (po.max_queue < 0) return absl::InvalidArgumentError(absl::StrCat("--max-queue=", po.max_queue, ": must be >= 0"));
+  if (po.executors < 1) return absl::InvalidArgumentError(absl::StrCat("--executors=", po.executors, ": must be >= 1"));
+  if (heartbeat_ms < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--handoff-heartbeat-ms=", heartbeat_ms, ": must be >= 1"));
+  }
+  return po;
+}
+
+}  // namespace pdserve

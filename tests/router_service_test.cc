@@ -1,0 +1,561 @@
+// RouterService black-box, in one process: the real service on a loopback
+// gRPC server, with real WorkerPools polling fake prefill and decode workers
+// (pdserve.internal.v1 services plus gRPC's default health service) that
+// each follow a script: serve, fail with a code (and a failed side in the
+// trailing metadata), or hang until cancelled. The fakes hand off through a
+// shared board: the decode worker streams only after the prefill worker
+// "pushed" that request id. Only public API: the constructor, Generate over
+// gRPC, and WorkerPool.
+#include "router/router_service.h"
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/net/grpc_status.h"
+#include "common/tokenizer/char_tokenizer.h"
+#include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "pdserve/v1/generate.grpc.pb.h"
+
+namespace pdserve {
+namespace {
+
+using internal::v1::DecodeRequest;
+using internal::v1::DecodeResponse;
+using internal::v1::GetLoadRequest;
+using internal::v1::GetLoadResponse;
+using internal::v1::PrefillRequest;
+using internal::v1::PrefillResponse;
+
+// What a fake worker does with one call.
+struct Action {
+  enum Kind { kServe, kFail, kHang } kind = kServe;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  std::string side;  // pdserve-failed-side of a kFail ("" = none)
+};
+Action Fail(grpc::StatusCode code, std::string side = "") { return {Action::kFail, code, std::move(side)}; }
+Action Hang() { return {Action::kHang, grpc::StatusCode::OK, ""}; }
+
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+// Request ids whose K/V the fake prefill workers "pushed".
+class Board {
+ public:
+  void Push(const std::string& rid) {
+    absl::MutexLock lock(&mu_);
+    pushed_.insert(rid);
+  }
+  bool Has(const std::string& rid) {
+    absl::MutexLock lock(&mu_);
+    return pushed_.contains(rid);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::string> pushed_;
+};
+
+// The script, the load and what was seen, shared by both fakes.
+class Script {
+ public:
+  void Then(Action a) {
+    absl::MutexLock lock(&mu_);
+    script_.push_back(std::move(a));
+  }
+  void SetDefault(Action a) {
+    absl::MutexLock lock(&mu_);
+    default_ = std::move(a);
+  }
+  void SetLoad(const GetLoadResponse& load) {
+    absl::MutexLock lock(&mu_);
+    load_ = load;
+  }
+  GetLoadResponse load() {
+    absl::MutexLock lock(&mu_);
+    return load_;
+  }
+  // The next action, and records the call.
+  Action Next(const std::string& what) {
+    absl::MutexLock lock(&mu_);
+    seen_.push_back(what);
+    if (script_.empty()) return default_;
+    Action a = script_.front();
+    script_.pop_front();
+    return a;
+  }
+  void CountCancelled() {
+    absl::MutexLock lock(&mu_);
+    ++cancelled_;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(seen_.size());
+  }
+  int cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+  std::vector<std::string> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Action> script_;
+  Action default_;
+  GetLoadResponse load_;
+  std::vector<std::string> seen_;  // per call: what the call named
+  int cancelled_ = 0;
+};
+
+// Blocks until `ready` or the call is cancelled; false when cancelled.
+bool WaitOrCancelled(grpc::ServerContext* ctx, const std::function<bool()>& ready) {
+  while (!ctx->IsCancelled()) {
+    if (ready()) return true;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return false;
+}
+
+grpc::Status Failed(grpc::ServerContext* ctx, const Action& a) {
+  if (!a.side.empty()) ctx->AddTrailingMetadata(kFailedSideKey, a.side);
+  return grpc::Status(a.code, absl::StrCat("scripted ", GrpcCodeName(a.code)));
+}
+
+class FakePrefill final : public internal::v1::PrefillWorker::Service {
+ public:
+  FakePrefill(Board* board, Script* script) : board_(board), script_(script) {}
+  // Records "rid -> decode_address".
+  grpc::Status Prefill(grpc::ServerContext* ctx, const PrefillRequest* req, PrefillResponse* resp) override {
+    const Action a = script_->Next(absl::StrCat(req->request_id(), " -> ", req->decode_address()));
+    if (a.kind == Action::kFail) return Failed(ctx, a);
+    if (a.kind == Action::kHang) {
+      WaitOrCancelled(ctx, [] { return false; });
+      script_->CountCancelled();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+    board_->Push(req->request_id());
+    resp->set_first_token(req->token_ids(0));
+    return grpc::Status::OK;
+  }
+  grpc::Status GetLoad(grpc::ServerContext*, const GetLoadRequest*, GetLoadResponse* resp) override {
+    *resp = script_->load();
+    return grpc::Status::OK;
+  }
+
+ private:
+  Board* board_;
+  Script* script_;
+};
+
+// Serving: admits, waits for the hand-off, then streams `tokens` two per
+// message, the last with FINISH_REASON_LENGTH.
+class FakeDecode final : public internal::v1::DecodeWorker::Service {
+ public:
+  FakeDecode(Board* board, Script* script, std::vector<uint32_t> tokens)
+      : board_(board), script_(script), tokens_(std::move(tokens)) {}
+  // Records the request id.
+  grpc::Status Decode(grpc::ServerContext* ctx, const DecodeRequest* req,
+                      grpc::ServerWriter<DecodeResponse>* writer) override {
+    const Action a = script_->Next(req->request_id());
+    if (a.kind == Action::kFail) return Failed(ctx, a);
+    DecodeResponse admitted;
+    admitted.set_admitted(true);
+    writer->Write(admitted);
+    const std::string rid = req->request_id();
+    if (!WaitOrCancelled(ctx, [&] { return req->prefill_locally() || board_->Has(rid); }) ||
+        (a.kind == Action::kHang && !WaitOrCancelled(ctx, [] { return false; }))) {
+      script_->CountCancelled();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+    for (size_t i = 0; i < tokens_.size(); i += 2) {
+      DecodeResponse msg;
+      for (size_t j = i; j < std::min(i + 2, tokens_.size()); ++j) msg.add_token_ids(tokens_[j]);
+      if (i + 2 >= tokens_.size()) msg.set_finish_reason(pdserve::v1::FINISH_REASON_LENGTH);
+      writer->Write(msg);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status GetLoad(grpc::ServerContext*, const GetLoadRequest*, GetLoadResponse* resp) override {
+    *resp = script_->load();
+    return grpc::Status::OK;
+  }
+
+ private:
+  Board* board_;
+  Script* script_;
+  const std::vector<uint32_t> tokens_;
+};
+
+// One fake worker process: its service on its own loopback server.
+struct FakeWorker {
+  Script script;
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+
+  void Start() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service.get());
+    server = b.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+};
+
+constexpr uint32_t kH = 'h', kI = 'i', kJ = 'j';
+
+class RouterServiceTest : public ::testing::Test {
+ protected:
+  // n_prefill and n_decode workers. Worker 0 of each kind is the one the
+  // pool prefers (most free KV; fewest queued), worker 1 the next.
+  void StartStack(int n_prefill, int n_decode, RouterOptions options = {}) {
+    for (int i = 0; i < n_prefill; ++i) {
+      auto w = std::make_unique<FakeWorker>();
+      w->service = std::make_unique<FakePrefill>(&board_, &w->script);
+      GetLoadResponse load;
+      load.set_queued_requests(i * 5);
+      w->script.SetLoad(load);
+      w->Start();
+      prefill_addresses_.push_back(w->address);
+      prefill_.push_back(std::move(w));
+    }
+    for (int i = 0; i < n_decode; ++i) {
+      auto worker = std::make_unique<FakeWorker>();
+      worker->service = std::make_unique<FakeDecode>(&board_, &worker->script, std::vector<uint32_t>{kH, kI, kJ});
+      GetLoadResponse load;
+      load.set_kv_bytes_free(1000000 - i * 1000);
+      worker->script.SetLoad(load);
+      worker->Start();
+      decode_addresses_.push_back(worker->address);
+      decode_.push_back(std::move(worker));
+    }
+    WorkerPoolOptions po;
+    po.poll_interval = absl::Milliseconds(100);
+    po.addresses = prefill_addresses_;
+    prefill_pool_ = std::make_unique<WorkerPool>(WorkerKind::kPrefill, po);
+    po.addresses = decode_addresses_;
+    decode_pool_ = std::make_unique<WorkerPool>(WorkerKind::kDecode, po);
+    prefill_pool_->Start();
+    decode_pool_->Start();
+    ASSERT_TRUE(prefill_pool_->WaitForHealthy(n_prefill, absl::Seconds(10)).ok());
+    ASSERT_TRUE(decode_pool_->WaitForHealthy(n_decode, absl::Seconds(10)).ok());
+
+    ModelConfig config;
+    config.vocab_size = 256;
+    config.max_context = 4096;
+    auto tok = CharTokenizer::Create(256);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    options.log_requests = false;
+    router_ = std::make_unique<RouterService>(config, std::move(*tok), prefill_pool_.get(), decode_pool_.get(),
+                                              options);
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(router_.get());
+    router_server_ = b.BuildAndStart();
+    ASSERT_NE(router_server_, nullptr);
+    stub_ = pdserve::v1::Generator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (router_server_) router_server_->Shutdown(std::chrono::system_clock::now());
+    router_.reset();
+    prefill_pool_.reset();
+    decode_pool_.reset();
+    for (auto& w : prefill_) w->server->Shutdown(std::chrono::system_clock::now());
+    for (auto& w : decode_) w->server->Shutdown(std::chrono::system_clock::now());
+  }
+
+  static pdserve::v1::GenerateRequest Request() {
+    pdserve::v1::GenerateRequest req;
+    req.set_request_id("client-1");
+    for (uint32_t id : {'a', 'b', 'c', 'd'}) req.add_token_ids(id);
+    req.mutable_sampling()->set_max_new_tokens(3);
+    return req;
+  }
+
+  struct Result {
+    grpc::Status status;
+    std::vector<uint32_t> tokens;
+    std::string text;
+    std::vector<pdserve::v1::GenerateResponse> messages;
+  };
+
+  // One Generate, read to the end. `setup` may set a deadline or keep the
+  // context to cancel it.
+  Result Generate(const std::function<void(grpc::ClientContext*)>& setup = nullptr,
+                  pdserve::v1::GenerateRequest req = Request()) {
+    grpc::ClientContext ctx;
+    if (setup) setup(&ctx);
+    Result r;
+    auto reader = stub_->Generate(&ctx, req);
+    pdserve::v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      r.tokens.insert(r.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+      r.text += msg.text();
+      r.messages.push_back(msg);
+    }
+    r.status = reader->Finish();
+    return r;
+  }
+
+  // The decode address each Prefill call was told to push to.
+  static std::vector<std::string> PushedTo(FakeWorker& prefill) {
+    std::vector<std::string> out;
+    for (const std::string& s : prefill.script.seen()) out.push_back(s.substr(s.find(" -> ") + 4));
+    return out;
+  }
+
+  Board board_;
+  std::vector<std::unique_ptr<FakeWorker>> prefill_, decode_;
+  std::vector<std::string> prefill_addresses_, decode_addresses_;
+  std::unique_ptr<WorkerPool> prefill_pool_, decode_pool_;
+  std::unique_ptr<RouterService> router_;
+  std::unique_ptr<grpc::Server> router_server_;
+  std::unique_ptr<pdserve::v1::Generator::Stub> stub_;
+};
+
+TEST_F(RouterServiceTest, PlacesOnBothWorkersAndStreamsTheTokens) {
+  StartStack(1, 1);
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{kH, kI, kJ}));
+  EXPECT_EQ(r.text, "hij");
+  ASSERT_FALSE(r.messages.empty());
+  const pdserve::v1::GenerateResponse& last = r.messages.back();
+  EXPECT_EQ(last.finish_reason(), pdserve::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.request_id(), "client-1");
+  EXPECT_EQ(last.usage().prompt_tokens(), 4u);
+  EXPECT_EQ(last.usage().generated_tokens(), 3u);
+  EXPECT_EQ(last.usage().prefill_worker(), prefill_addresses_[0]);
+  EXPECT_EQ(last.usage().decode_worker(), decode_addresses_[0]);
+  // One hand-off: the prefill worker pushed the decode worker's request.
+  ASSERT_EQ(decode_[0]->script.calls(), 1);
+  ASSERT_EQ(prefill_[0]->script.calls(), 1);
+  const std::string rid = decode_[0]->script.seen()[0];
+  EXPECT_NE(rid, "client-1");  // internal ids are the router's own
+  EXPECT_EQ(prefill_[0]->script.seen()[0], absl::StrCat(rid, " -> ", decode_addresses_[0]));
+}
+
+TEST_F(RouterServiceTest, InvalidRequestReachesNoWorker) {
+  StartStack(1, 1);
+  pdserve::v1::GenerateRequest req = Request();
+  req.add_token_ids(999);  // past the vocabulary
+  Result r = Generate(nullptr, req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << r.status.error_message();
+  EXPECT_EQ(decode_[0]->script.calls() + prefill_[0]->script.calls(), 0);
+}
+
+TEST_F(RouterServiceTest, DecodeUnavailableRetriesOnAnotherDecodeWorker) {
+  StartStack(1, 2);
+  decode_[0]->script.Then(Fail(grpc::StatusCode::UNAVAILABLE));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 3u);
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+  EXPECT_EQ(decode_[1]->script.calls(), 1);
+  EXPECT_EQ(PushedTo(*prefill_[0]), std::vector<std::string>{decode_addresses_[1]});
+  EXPECT_EQ(r.messages.back().usage().decode_worker(), decode_addresses_[1]);
+}
+
+// The prefill worker says the hand-off's decode side failed: the next
+// attempt avoids that decode worker and may use the same prefill worker.
+TEST_F(RouterServiceTest, FailureMarkedDecodeSideExcludesTheDecodeWorker) {
+  StartStack(2, 2);
+  prefill_[0]->script.Then(Fail(grpc::StatusCode::UNAVAILABLE, "decode"));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+  EXPECT_EQ(decode_[1]->script.calls(), 1);
+  EXPECT_EQ(PushedTo(*prefill_[0]), (std::vector<std::string>{decode_addresses_[0], decode_addresses_[1]}));
+  EXPECT_EQ(prefill_[1]->script.calls(), 0);
+  // The abandoned reservation on the first decode worker was cancelled.
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
+}
+
+// The failure is the prefill worker's own: the next attempt keeps the
+// decode worker and avoids that prefill worker.
+TEST_F(RouterServiceTest, FailureMarkedPrefillSideExcludesThePrefillWorker) {
+  StartStack(2, 2);
+  prefill_[0]->script.Then(Fail(grpc::StatusCode::UNAVAILABLE, "prefill"));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(prefill_[0]->script.calls(), 1);
+  EXPECT_EQ(PushedTo(*prefill_[1]), std::vector<std::string>{decode_addresses_[0]});
+  EXPECT_EQ(decode_[0]->script.calls(), 2);
+  EXPECT_EQ(decode_[1]->script.calls(), 0);
+  EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[1]);
+}
+
+// Every decode worker full: the request waits for room instead of failing,
+// and is placed once a worker has some.
+TEST_F(RouterServiceTest, EveryWorkerFullWaitsForRoom) {
+  StartStack(1, 2);
+  for (int i = 0; i < 3; ++i) {
+    decode_[0]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+    decode_[1]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  }
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 3u);
+  EXPECT_GE(decode_[0]->script.calls() + decode_[1]->script.calls(), 7);
+}
+
+// Full for longer than the client waits: the deadline ends it, saying
+// that every worker was full.
+TEST_F(RouterServiceTest, EveryWorkerFullUntilTheDeadline) {
+  StartStack(1, 2);
+  decode_[0]->script.SetDefault(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  decode_[1]->script.SetDefault(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  Result r = Generate([](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(800));
+  });
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
+  EXPECT_GE(decode_[0]->script.calls(), 2);  // tried again while waiting
+  EXPECT_EQ(prefill_[0]->script.calls(), 0);
+}
+
+// A full queue refuses at once (RESOURCE_EXHAUSTED); the request that did
+// wait is served once the slot frees.
+TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
+  RouterOptions o;
+  o.queue.max_active = 1;
+  o.queue.max_waiting = 1;
+  StartStack(1, 1, o);
+  decode_[0]->script.Then(Hang());
+  grpc::ClientContext* first_ctx = nullptr;
+  absl::Mutex mu;
+  Result first, second;
+  std::thread a([&] {
+    first = Generate([&](grpc::ClientContext* ctx) {
+      absl::MutexLock lock(&mu);
+      first_ctx = ctx;
+    });
+    absl::MutexLock lock(&mu);
+    first_ctx = nullptr;  // the context ends with the call
+  });
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.calls() == 1; }));
+  std::thread b([&] { second = Generate(); });
+  // b waits in the queue (one place): a third request is refused.
+  absl::SleepFor(absl::Milliseconds(200));
+  Result third = Generate();
+  EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.status.error_message();
+  EXPECT_EQ(decode_[0]->script.calls(), 1);  // b has not been placed
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_NE(first_ctx, nullptr) << "the first call ended before the cancel";
+    if (first_ctx != nullptr) first_ctx->TryCancel();
+  }
+  a.join();
+  b.join();
+  EXPECT_EQ(first.status.error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(second.tokens.size(), 3u);
+}
+
+// The client cancels while the decode worker streams nothing yet: the
+// cancellation reaches the decode worker's call.
+TEST_F(RouterServiceTest, ClientCancelReachesTheDecodeWorker) {
+  StartStack(1, 1);
+  decode_[0]->script.Then(Hang());
+  grpc::ClientContext* ctx = nullptr;
+  absl::Mutex mu;
+  Result r;
+  std::thread t([&] {
+    r = Generate([&](grpc::ClientContext* c) {
+      absl::MutexLock lock(&mu);
+      ctx = c;
+    });
+    absl::MutexLock lock(&mu);
+    ctx = nullptr;  // the context ends with the call
+  });
+  // Both the call's context and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return ctx != nullptr && prefill_[0]->script.calls() == 1;
+  }));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
+    if (ctx != nullptr) ctx->TryCancel();
+  }
+  t.join();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
+}
+
+// Cancelled during the prefill: the prefill worker's call and the decode
+// worker's reservation are both cancelled.
+TEST_F(RouterServiceTest, ClientCancelReachesThePrefillWorker) {
+  StartStack(1, 1);
+  prefill_[0]->script.Then(Hang());
+  grpc::ClientContext* ctx = nullptr;
+  absl::Mutex mu;
+  Result r;
+  std::thread t([&] {
+    r = Generate([&](grpc::ClientContext* c) {
+      absl::MutexLock lock(&mu);
+      ctx = c;
+    });
+    absl::MutexLock lock(&mu);
+    ctx = nullptr;  // the context ends with the call
+  });
+  // Both the call's context and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return ctx != nullptr && prefill_[0]->script.calls() == 1;
+  }));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
+    if (ctx != nullptr) ctx->TryCancel();
+  }
+  t.join();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return prefill_[0]->script.cancelled() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
+  EXPECT_EQ(decode_[0]->script.calls(), 1);  // not retried
+}
+
+// The deadline passes while the decode worker is silent:
+// DEADLINE_EXCEEDED, and the workers' calls end too.
+TEST_F(RouterServiceTest, DeadlineIsDeadlineExceededAndReachesTheWorkers) {
+  StartStack(1, 1);
+  decode_[0]->script.Then(Hang());
+  const absl::Time start = absl::Now();
+  Result r = Generate([](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  });
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+}
+
+}  // namespace
+}  // namespace pdserve
