@@ -7,7 +7,7 @@
 //   OnAttemptOver decides after each: done, retry on another worker pair
 //                (the attempt says which worker to avoid), or every worker
 //                was full: back to the queue with its place (Requeue);
-//   Finish       closes the stream, logs, counts, leaves the queue.
+//   End          closes the stream, logs, counts, leaves the queue.
 // The relay (incremental detokenization, stop strings, usage on the last
 // message) is RelayMessage, called by the attempt for each decode message.
 // A client that goes away (cancel, deadline, broken stream) cancels the
@@ -30,6 +30,10 @@
 #include "router/router_service.h"
 
 namespace pdserve {
+
+// An internal request id nobody can guess: workers key their tables by it,
+// so knowing another request's id must not be possible.
+std::string UnguessableRequestId();
 
 // How one placement attempt ended.
 struct AttemptOutcome {
@@ -60,7 +64,7 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   void SetDeadline(grpc::ClientContext* ctx) const;
   // Registers the attempt the client's going away must cancel; false when
   // the client is already gone. Untrack before the attempt ends.
-  bool Track(PlacementAttempt* attempt);
+  bool Track(std::shared_ptr<PlacementAttempt> attempt);
   void Untrack();
   bool Gone();
   // DEADLINE_EXCEEDED when the request's deadline passed (the last 100 ms
@@ -82,7 +86,7 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // The placement loop is over: finish, or wait again when every worker
   // was full (`full`).
   void EndPlacement(grpc::Status status, bool full);
-  void Finish(const grpc::Status& status);
+  void End(const grpc::Status& status);
   void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
   void Record(const grpc::Status& st) const;
   void Log(const grpc::Status& st) const;
@@ -111,7 +115,9 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool gone_ ABSL_GUARDED_BY(mu_) = false;
-  PlacementAttempt* attempt_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Shared so that OnStreamGone can cancel it outside mu_ (gRPC may run
+  // the cancelled calls' callbacks inline, and they take mu_).
+  std::shared_ptr<PlacementAttempt> attempt_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve

@@ -1,25 +1,28 @@
 // RouterService: the public pdserve.v1.Generator.
 //
 // Generate validates and tokenizes on the gRPC thread, takes a place in
-// the admission queue (full: RESOURCE_EXHAUSTED), then hands the request
-// to an executor thread that waits its turn and drives it:
-//   1. pick a decode worker by load; its Decode call reserves the KV and
-//      answers `admitted` (RESOURCE_EXHAUSTED / UNAVAILABLE: next worker);
-//   2. pick a prefill worker; Prefill runs the prompt and pushes the K/V to
-//      the chosen decode worker (UNAVAILABLE / RESOURCE_EXHAUSTED before
+// the admission queue (full: RESOURCE_EXHAUSTED) and returns its reactor.
+// From there the request is a chain of callbacks, with no thread of its own
+// (GenerateCall, generate_call.h):
+//   1. its turn comes in the admission queue (AdmissionQueue::Wait);
+//   2. a placement attempt (PlacementAttempt, placement_attempt.h) picks a
+//      decode worker by load; its Decode stream reserves the KV and answers
+//      `admitted` (RESOURCE_EXHAUSTED / UNAVAILABLE: next worker);
+//   3. it picks a prefill worker; Prefill runs the prompt and pushes the K/V
+//      to the chosen decode worker (UNAVAILABLE / RESOURCE_EXHAUSTED before
 //      any token: retry elsewhere). Prompts up to local_prefill_max_tokens
 //      skip this: the Decode call carries them and the decode worker
 //      prefills them itself;
-//   3. relay the decode stream: incremental detokenization (whole UTF-8
-//      characters only), stop sequences, usage on the last message.
-// Client cancellation and deadlines reach both workers through the
-// outgoing calls' contexts. When every attempt failed, the answer is the
-// most informative attempt's status; when that was "full", the request
-// waits in the queue again instead. A failure the prefill worker marks as
-// the hand-off's decode side (trailing metadata pdserve-failed-side), or a
-// Decode stream that breaks during prefill, excludes that decode worker.
-// Internal request ids are random (unguessable); the access log escapes
-// client text.
+//   4. the decode stream is relayed: incremental detokenization (whole
+//      UTF-8 characters only), stop sequences, usage on the last message.
+// Both worker calls use gRPC's callback client API. Client cancellation and
+// deadlines reach both workers through the outgoing calls' contexts. When
+// every attempt failed, the answer is the most informative attempt's
+// status; when that was "full", the request waits in the queue again
+// instead. Which side of a failed hand-off to avoid is data, not text: the
+// trailing metadata pdserve-failed-side, or which of the two streams broke
+// first (retry_policy.h). Internal request ids are random (unguessable);
+// the access log escapes client text.
 #pragma once
 
 #include <atomic>
@@ -60,8 +63,8 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
  public:
   RouterService(const ModelConfig& config, std::unique_ptr<Tokenizer> tokenizer, WorkerPool* prefill,
                 WorkerPool* decode, RouterOptions options);
-  // Waits for in-flight requests (call after the server's Shutdown, which
-  // cancels them).
+  // Waits for in-flight requests to end (call after the server's Shutdown,
+  // which cancels them).
   ~RouterService() override;
 
   grpc::ServerWriteReactor<pdserve::v1::GenerateResponse>* Generate(
@@ -70,8 +73,11 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
                                      pdserve::v1::TokenizeResponse* response) override;
 
  private:
-  class GenerateCall;
+  class GenerateCall;      // generate_call.h
+  class PlacementAttempt;  // placement_attempt.h
 
+  // A Generate call is over (the last thing it does with the service).
+  void EndInflight();
   // Counts requests by final status code (created on first use).
   Counter* RequestsCounter(grpc::StatusCode code);
 

@@ -153,4 +153,22 @@ class WorkerPool {
   std::thread thread_;
 };
 
+// One request's share of a worker's load in the pool's accounting:
+// ReportDispatched on construction, ReportFinished once on destruction, so
+// every path releases it.
+class WorkerLease {
+ public:
+  WorkerLease(WorkerPool* pool, std::string address) : pool_(pool), address_(std::move(address)) {
+    pool_->ReportDispatched(address_);
+  }
+  ~WorkerLease() { pool_->ReportFinished(address_); }
+  WorkerLease(const WorkerLease&) = delete;
+  WorkerLease& operator=(const WorkerLease&) = delete;
+  const std::string& address() const { return address_; }
+
+ private:
+  WorkerPool* const pool_;
+  const std::string address_;
+};
+
 }  // namespace pdserve

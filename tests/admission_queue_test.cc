@@ -1,18 +1,44 @@
 // AdmissionQueue: arrival order, the bounds, deadlines and cancellation
-// while waiting, and a requeued ticket keeping its place.
+// while waiting, a requeued ticket keeping its place, and turns handed out
+// by callbacks without a thread per waiter.
 #include "router/admission_queue.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+
 namespace pdserve {
 namespace {
 
-const auto kNever = [] { return false; };
+// A pending turn: Wait's callback fills it in.
+struct Turn {
+  absl::Notification came;
+  absl::Status status;
+};
+
+std::shared_ptr<Turn> StartWait(AdmissionQueue& q, const AdmissionQueue::Ticket& t,
+                                absl::Time deadline = absl::InfiniteFuture()) {
+  auto turn = std::make_shared<Turn>();
+  q.Wait(t, deadline, [turn](absl::Status st) {
+    turn->status = std::move(st);
+    turn->came.Notify();
+  });
+  return turn;
+}
+
+// Waits for the turn on the test's thread (the queue itself never blocks).
+absl::Status Acquire(AdmissionQueue& q, const AdmissionQueue::Ticket& t,
+                     absl::Time deadline = absl::InfiniteFuture()) {
+  auto turn = StartWait(q, t, deadline);
+  turn->came.WaitForNotification();
+  return turn->status;
+}
 
 TEST(AdmissionQueueTest, SlotsGoInArrivalOrder) {
   AdmissionQueueOptions o;
@@ -20,14 +46,14 @@ TEST(AdmissionQueueTest, SlotsGoInArrivalOrder) {
   AdmissionQueue q(o);
   std::vector<AdmissionQueue::Ticket> t;
   for (int i = 0; i < 5; ++i) t.push_back(*q.Enter("c"));
-  ASSERT_TRUE(q.Acquire(t[0], absl::InfiniteFuture(), kNever).ok());
+  ASSERT_TRUE(Acquire(q, t[0]).ok());
   std::mutex mu;
   std::vector<int> order;
   std::vector<std::thread> waiters;
   // Started in reverse: each may only go once every older ticket went.
   for (int i = 4; i >= 1; --i) {
     waiters.emplace_back([&, i] {
-      ASSERT_TRUE(q.Acquire(t[i], absl::InfiniteFuture(), kNever).ok());
+      ASSERT_TRUE(Acquire(q, t[i]).ok());
       {
         std::lock_guard<std::mutex> lock(mu);
         order.push_back(i);
@@ -71,22 +97,20 @@ TEST(AdmissionQueueTest, DeadlineAndCancelEndTheWait) {
   o.max_active = 1;
   AdmissionQueue q(o);
   auto first = *q.Enter("c");
-  ASSERT_TRUE(q.Acquire(first, absl::InfiniteFuture(), kNever).ok());
+  ASSERT_TRUE(Acquire(q, first).ok());
   auto late = *q.Enter("c");
-  absl::Status st = q.Acquire(late, absl::Now() + absl::Milliseconds(50), kNever);
+  absl::Status st = Acquire(q, late, absl::Now() + absl::Milliseconds(50));
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
   q.Leave(late);
 
   auto cancelled = *q.Enter("c");
-  std::atomic<bool> gone{false};
-  std::thread waiter([&] {
-    absl::Status s = q.Acquire(cancelled, absl::InfiniteFuture(), [&] { return gone.load(); });
-    EXPECT_TRUE(absl::IsCancelled(s)) << s;
-  });
+  auto turn = StartWait(q, cancelled);
   absl::SleepFor(absl::Milliseconds(50));
-  gone = true;
-  q.Wake();
-  waiter.join();
+  EXPECT_FALSE(turn->came.HasBeenNotified());
+  q.Cancel(cancelled);
+  ASSERT_TRUE(turn->came.HasBeenNotified());  // Cancel runs the callback itself
+  EXPECT_TRUE(absl::IsCancelled(turn->status)) << turn->status;
+  q.Cancel(cancelled);  // no longer waiting: a no-op
   q.Leave(cancelled);
   EXPECT_EQ(q.waiting(), 0);
 }
@@ -98,18 +122,43 @@ TEST(AdmissionQueueTest, RequeuedTicketKeepsItsPlaceAndBacksOff) {
   AdmissionQueue q(o);
   auto older = *q.Enter("c");
   auto newer = *q.Enter("c");
-  ASSERT_TRUE(q.Acquire(older, absl::InfiniteFuture(), kNever).ok());
+  ASSERT_TRUE(Acquire(q, older).ok());
   q.Requeue(older);  // every worker was full
   // The newer ticket may not pass the older one, which waits for the backoff.
   const absl::Time t0 = absl::Now();
-  ASSERT_TRUE(q.Acquire(older, absl::InfiniteFuture(), kNever).ok());
+  ASSERT_TRUE(Acquire(q, older).ok());
   EXPECT_GE(absl::Now() - t0, absl::Milliseconds(90));
-  ASSERT_TRUE(q.Acquire(newer, absl::InfiniteFuture(), kNever).ok());
+  ASSERT_TRUE(Acquire(q, newer).ok());
   EXPECT_EQ(q.active(), 2);
   q.Release();
   q.Release();
   q.Leave(older);
   q.Leave(newer);
+}
+
+// Thousands of waiters cost no thread: each turn is a callback, run by
+// whichever call freed the slot, in arrival order.
+TEST(AdmissionQueueTest, ManyWaitersAreCallbacksServedInOrder) {
+  AdmissionQueueOptions o;
+  o.max_active = 1;
+  AdmissionQueue q(o);
+  constexpr int kWaiters = 2000;
+  std::vector<AdmissionQueue::Ticket> t;
+  for (int i = 0; i < kWaiters; ++i) t.push_back(*q.Enter("c"));
+  std::vector<int> order;  // written by the callbacks, one at a time
+  for (int i = kWaiters - 1; i >= 0; --i) {
+    // Each turn ends its request at once, which hands the slot on.
+    q.Wait(t[i], absl::InfiniteFuture(), [&q, &order, &t, i](absl::Status st) {
+      ASSERT_TRUE(st.ok()) << st;
+      order.push_back(i);
+      q.Release();
+      q.Leave(t[i]);
+    });
+  }
+  ASSERT_EQ(order.size(), static_cast<size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) ASSERT_EQ(order[i], i);
+  EXPECT_EQ(q.active(), 0);
+  EXPECT_EQ(q.waiting(), 0);
 }
 
 TEST(AdmissionQueueTest, ClientOfPeerDropsThePort) {

@@ -1,0 +1,261 @@
+#include "router/generate_call.h"
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/net/grpc_status.h"
+#include "common/util/clock.h"
+#include "router/placement_attempt.h"
+#include "router/retry_policy.h"
+
+namespace pdserve {
+
+using internal::v1::DecodeResponse;
+using pdserve::v1::FinishReason;
+using pdserve::v1::GenerateResponse;
+
+std::string UnguessableRequestId() {
+  thread_local std::random_device rd;
+  return absl::StrFormat("r-%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+}
+
+RouterService::GenerateCall::GenerateCall(RouterService* service, grpc::CallbackServerContext* context,
+                                          pdserve::v1::GenerateRequest request, std::vector<uint32_t> prompt,
+                                          std::string internal_id)
+    : service_(service),
+      deadline_(context->deadline()),
+      request_(std::move(request)),
+      prompt_(std::move(prompt)),
+      internal_id_(std::move(internal_id)),
+      detok_(service->tokenizer_.get()),
+      stops_({request_.sampling().stop().begin(), request_.sampling().stop().end()}),
+      start_ns_(NowNs()) {}
+
+std::shared_ptr<RouterService::GenerateCall> RouterService::GenerateCall::Self() {
+  return std::static_pointer_cast<GenerateCall>(shared_from_this());
+}
+
+// ---- Queue ----
+
+void RouterService::GenerateCall::Start(AdmissionQueue::Ticket ticket) {
+  ticket_ = std::move(ticket);
+  {
+    absl::MutexLock lock(&mu_);
+    started_ = true;
+  }
+  WaitTurn();
+}
+
+void RouterService::GenerateCall::WaitTurn() {
+  const absl::Time deadline = deadline_ == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(deadline_);
+  service_->queue_.Wait(ticket_, deadline, [self = Self()](absl::Status turn) { self->OnTurn(std::move(turn)); });
+  // A client that left before the wait began (OnStreamGone's Cancel found
+  // no wait) ends it now; a no-op when the turn already came.
+  if (Gone()) service_->queue_.Cancel(ticket_);
+}
+
+void RouterService::GenerateCall::OnTurn(absl::Status turn) {
+  if (!turn.ok()) {
+    grpc::Status why = absl::IsCancelled(turn) ? GoneStatus() : ToGrpcStatus(turn);
+    if (why.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !last_full_.ok()) {
+      why = grpc::Status(why.error_code(), absl::StrCat(why.error_message(), "; every worker was full, last: ",
+                                                        last_full_.error_message()));
+    }
+    End(why);
+    return;
+  }
+  // A fresh round of placements: any worker may be tried again.
+  tried_decode_.clear();
+  tried_prefill_.clear();
+  attempts_ = 0;
+  best_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no attempt made");
+  best_rank_ = -1;
+  NextAttempt();
+}
+
+// ---- Placement ----
+
+void RouterService::GenerateCall::NextAttempt() {
+  if (Gone()) return EndPlacement(GoneStatus(), false);
+  if (attempts_ >= service_->options_.max_attempts) {
+    return EndPlacement(best_, best_.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  ++attempts_;
+  const std::vector<std::string> decoders = service_->decode_->Candidates(tried_decode_);
+  if (decoders.empty()) {
+    return OnAttemptOver({grpc::Status(grpc::StatusCode::UNAVAILABLE, tried_decode_.empty()
+                                                                          ? "no healthy decode worker"
+                                                                          : "no other healthy decode worker to retry on"),
+                          /*retry=*/true, /*synthetic=*/true});
+  }
+  const bool local = static_cast<int64_t>(prompt_.size()) <= service_->options_.local_prefill_max_tokens;
+  // Holds itself until it has concluded (OnAttemptOver).
+  std::make_shared<PlacementAttempt>(Self(), decoders.front(), local)->Start();
+}
+
+void RouterService::GenerateCall::OnAttemptOver(AttemptOutcome outcome) {
+  if (!outcome.retry) return EndPlacement(std::move(outcome.status), false);
+  const int rank = Informativeness(outcome.status, outcome.synthetic);
+  if (rank > best_rank_) {
+    best_ = std::move(outcome.status);
+    best_rank_ = rank;
+  }
+  if (outcome.synthetic) {  // no worker left to try
+    if (Gone()) return EndPlacement(GoneStatus(), false);
+    return EndPlacement(best_, best_.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  service_->retries_->Increment();
+  NextAttempt();
+}
+
+void RouterService::GenerateCall::EndPlacement(grpc::Status status, bool full) {
+  if (!full || Gone()) {
+    service_->queue_.Release();
+    End(status);
+    return;
+  }
+  // Every worker was full: wait for room, keeping the place in the queue.
+  last_full_ = std::move(status);
+  service_->queue_.Requeue(ticket_);
+  service_->requeued_->Increment();
+  WaitTurn();
+}
+
+void RouterService::GenerateCall::End(const grpc::Status& status) {
+  service_->queue_.Leave(ticket_);
+  Close(status);  // a relayed finish already closed with OK; only the first counts
+  if (service_->options_.log_requests) Log(status);
+  Record(status);
+  service_->EndInflight();  // last: the service may go away after it
+}
+
+// ---- Client side ----
+
+void RouterService::GenerateCall::OnStreamGone() {
+  bool started;
+  std::shared_ptr<PlacementAttempt> attempt;
+  {
+    absl::MutexLock lock(&mu_);
+    gone_ = true;
+    attempt = attempt_;
+    started = started_;
+  }
+  // Outside mu_: the callbacks this sets off may run on this thread.
+  if (attempt != nullptr) attempt->Cancel();
+  // Ends a wait in the queue (its callback runs here); a no-op otherwise.
+  if (started) service_->queue_.Cancel(ticket_);
+}
+
+bool RouterService::GenerateCall::Track(std::shared_ptr<PlacementAttempt> attempt) {
+  absl::MutexLock lock(&mu_);
+  attempt_ = std::move(attempt);
+  return !gone_;
+}
+
+void RouterService::GenerateCall::Untrack() {
+  std::shared_ptr<PlacementAttempt> last;  // released outside mu_
+  absl::MutexLock lock(&mu_);
+  last = std::move(attempt_);
+}
+
+bool RouterService::GenerateCall::Gone() {
+  absl::MutexLock lock(&mu_);
+  return gone_;
+}
+
+grpc::Status RouterService::GenerateCall::GoneStatus() const {
+  if (deadline_ != std::chrono::system_clock::time_point::max() &&
+      std::chrono::system_clock::now() + std::chrono::milliseconds(100) >= deadline_) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the request's deadline passed");
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
+void RouterService::GenerateCall::SetDeadline(grpc::ClientContext* ctx) const {
+  if (deadline_ != std::chrono::system_clock::time_point::max()) ctx->set_deadline(deadline_);
+}
+
+// ---- Relay ----
+
+FinishReason RouterService::GenerateCall::RelayMessage(const DecodeResponse& msg, bool* stopped) {
+  GenerateResponse out;
+  *stopped = false;
+  for (uint32_t id : msg.token_ids()) {
+    if (*stopped) break;
+    out.add_token_ids(id);
+    ++generated_;
+    StopMatcher::Result r = stops_.Push(detok_.Push(id));
+    out.mutable_text()->append(r.emit);
+    *stopped = r.stopped;
+  }
+  FinishReason finish = *stopped ? pdserve::v1::FINISH_REASON_STOP : msg.finish_reason();
+  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED && !*stopped) {
+    StopMatcher::Result r = stops_.Push(detok_.Flush());
+    out.mutable_text()->append(r.emit);
+    if (r.stopped) {
+      finish = pdserve::v1::FINISH_REASON_STOP;
+    } else {
+      out.mutable_text()->append(stops_.Flush());
+    }
+  }
+  Emit(std::move(out), finish);
+  return finish;
+}
+
+void RouterService::GenerateCall::Emit(GenerateResponse out, FinishReason finish) {
+  const int64_t now = NowNs();
+  if (streamed_ == 0 && out.token_ids_size() > 0) ttft_ns_ = now - start_ns_;
+  streamed_ += out.token_ids_size();
+  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
+    out.set_finish_reason(finish);
+    out.set_request_id(request_.request_id().empty() ? internal_id_ : request_.request_id());
+    pdserve::v1::Usage* u = out.mutable_usage();
+    *u = usage_;
+    u->set_prompt_tokens(static_cast<uint32_t>(prompt_.size()));
+    u->set_generated_tokens(static_cast<uint32_t>(generated_));
+    u->set_ttft_ns(ttft_ns_);
+    u->set_e2e_ns(now - start_ns_);
+    if (generated_ > 1) u->set_tpot_ns((now - start_ns_ - ttft_ns_) / (generated_ - 1));
+  }
+  Send(std::move(out));
+}
+
+// ---- Accounting ----
+
+void RouterService::GenerateCall::Record(const grpc::Status& st) const {
+  service_->RequestsCounter(st.error_code())->Increment();
+  service_->prompt_tokens_->Increment(static_cast<double>(prompt_.size()));
+  service_->generated_tokens_->Increment(static_cast<double>(generated_));
+  if (!st.ok() || generated_ == 0) return;
+  const double e2e = (NowNs() - start_ns_) * 1e-9;
+  service_->ttft_seconds_->Observe(ttft_ns_ * 1e-9);
+  service_->e2e_seconds_->Observe(e2e);
+  if (generated_ > 1) service_->tpot_seconds_->Observe((e2e - ttft_ns_ * 1e-9) / (generated_ - 1));
+}
+
+// One access-log line per request on stderr. Client-chosen text (the
+// request id, error messages quoting it) is escaped and bounded, so it
+// cannot forge a line.
+void RouterService::GenerateCall::Log(const grpc::Status& st) const {
+  const double ms = 1e-6;
+  const std::string client_id = request_.request_id().empty()
+                                    ? ""
+                                    : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
+  std::fprintf(stderr, "%s\n",
+               absl::StrFormat("request %s%s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
+                               "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
+                               internal_id_, client_id, GrpcCodeName(st.error_code()), prompt_.size(), generated_,
+                               ttft_ns_ * ms, (NowNs() - start_ns_) * ms, usage_.kv_handoff_bytes(),
+                               usage_.kv_handoff_ns() * ms, usage_.kv_handoff_exposed_ns() * ms,
+                               usage_.prefill_worker().empty() ? "-" : usage_.prefill_worker(),
+                               usage_.decode_worker().empty() ? "-" : usage_.decode_worker(), st.ok() ? "" : ": ",
+                               absl::CHexEscape(st.error_message().substr(0, 512)))
+                   .c_str());
+}
+
+}  // namespace pdserve
