@@ -4,7 +4,8 @@
 #                                 every `unit` test (not the k8s ones), the chaos suite at
 #                                 N=100 (chaos_asan_test, tests/sanitize_tests.cmake) and
 #                                 reliability_e2e_test.
-#   scripts/sanitize.sh thread    TSan in build-tsan/: worker_pool_test, kv_transfer_test
+#   scripts/sanitize.sh thread    TSan in build-tsan/: worker_pool_test, admission_queue_test,
+#                                 router_service_test (the router's callback chain), kv_transfer_test
 #                                 (+ batch_scheduler_test / decode_service_test once they exist).
 # Configures the tree (Ninja, -DPDSERVE_SANITIZE=MODE, RelWithDebInfo = -O1 -g), builds only
 # the targets those tests need, runs them with ctest -R, and fails on any test failure or any
@@ -51,7 +52,8 @@ if [[ $mode == address ]]; then
     tests+=(reliability_e2e_test); targets+=(reliability_e2e_test)
   fi
 else
-  for name in worker_pool_test kv_transfer_test batch_scheduler_test decode_service_test; do
+  for name in worker_pool_test admission_queue_test router_service_test kv_transfer_test batch_scheduler_test \
+      decode_service_test; do
     have_target "$name" && { tests+=("$name"); targets+=("$name"); }
   done
 fi
