@@ -324,6 +324,46 @@ class RouterServiceTest : public ::testing::Test {
     return r;
   }
 
+  // A Generate on its own thread, whose context the test may cancel while
+  // the call runs (the context ends with the call, so Cancel checks).
+  class BackgroundCall {
+   public:
+    explicit BackgroundCall(RouterServiceTest* test)
+        : thread_([this, test] {
+            Result r = test->Generate([this](grpc::ClientContext* c) {
+              absl::MutexLock lock(&mu_);
+              ctx_ = c;
+            });
+            absl::MutexLock lock(&mu_);
+            ctx_ = nullptr;
+            result_ = std::move(r);
+          }) {}
+    ~BackgroundCall() {
+      if (thread_.joinable()) thread_.join();
+    }
+    bool Running() {
+      absl::MutexLock lock(&mu_);
+      return ctx_ != nullptr;
+    }
+    // Cancels the call; false when it had already ended.
+    bool Cancel() {
+      absl::MutexLock lock(&mu_);
+      if (ctx_ == nullptr) return false;
+      ctx_->TryCancel();
+      return true;
+    }
+    Result Join() {
+      thread_.join();
+      return result_;
+    }
+
+   private:
+    absl::Mutex mu_;
+    grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+    Result result_;
+    std::thread thread_;  // last: starts once the rest is built
+  };
+
   // The decode address each Prefill call was told to push to.
   static std::vector<std::string> PushedTo(FakeWorker& prefill) {
     std::vector<std::string> out;
@@ -448,31 +488,17 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
   o.queue.max_waiting = 1;
   StartStack(1, 1, o);
   decode_[0]->script.Then(Hang());
-  grpc::ClientContext* first_ctx = nullptr;
-  absl::Mutex mu;
-  Result first, second;
-  std::thread a([&] {
-    first = Generate([&](grpc::ClientContext* ctx) {
-      absl::MutexLock lock(&mu);
-      first_ctx = ctx;
-    });
-    absl::MutexLock lock(&mu);
-    first_ctx = nullptr;  // the context ends with the call
-  });
+  BackgroundCall a(this);
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.calls() == 1; }));
-  std::thread b([&] { second = Generate(); });
+  BackgroundCall b(this);
   // b waits in the queue (one place): a third request is refused.
   absl::SleepFor(absl::Milliseconds(200));
   Result third = Generate();
   EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.status.error_message();
   EXPECT_EQ(decode_[0]->script.calls(), 1);  // b has not been placed
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_NE(first_ctx, nullptr) << "the first call ended before the cancel";
-    if (first_ctx != nullptr) first_ctx->TryCancel();
-  }
-  a.join();
-  b.join();
+  EXPECT_TRUE(a.Cancel()) << "the first call ended before the cancel";
+  const Result first = a.Join();
+  const Result second = b.Join();
   EXPECT_EQ(first.status.error_code(), grpc::StatusCode::CANCELLED);
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(second.tokens.size(), 3u);
@@ -483,28 +509,11 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
 TEST_F(RouterServiceTest, ClientCancelReachesTheDecodeWorker) {
   StartStack(1, 1);
   decode_[0]->script.Then(Hang());
-  grpc::ClientContext* ctx = nullptr;
-  absl::Mutex mu;
-  Result r;
-  std::thread t([&] {
-    r = Generate([&](grpc::ClientContext* c) {
-      absl::MutexLock lock(&mu);
-      ctx = c;
-    });
-    absl::MutexLock lock(&mu);
-    ctx = nullptr;  // the context ends with the call
-  });
-  // Both the call's context and the worker call exist before the cancel.
-  EXPECT_TRUE(WaitFor([&] {
-    absl::MutexLock lock(&mu);
-    return ctx != nullptr && prefill_[0]->script.calls() == 1;
-  }));
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
-    if (ctx != nullptr) ctx->TryCancel();
-  }
-  t.join();
+  BackgroundCall call(this);
+  // Both the call and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] { return call.Running() && prefill_[0]->script.calls() == 1; }));
+  EXPECT_TRUE(call.Cancel()) << "the call ended before the cancel";
+  const Result r = call.Join();
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
 }
@@ -514,28 +523,11 @@ TEST_F(RouterServiceTest, ClientCancelReachesTheDecodeWorker) {
 TEST_F(RouterServiceTest, ClientCancelReachesThePrefillWorker) {
   StartStack(1, 1);
   prefill_[0]->script.Then(Hang());
-  grpc::ClientContext* ctx = nullptr;
-  absl::Mutex mu;
-  Result r;
-  std::thread t([&] {
-    r = Generate([&](grpc::ClientContext* c) {
-      absl::MutexLock lock(&mu);
-      ctx = c;
-    });
-    absl::MutexLock lock(&mu);
-    ctx = nullptr;  // the context ends with the call
-  });
-  // Both the call's context and the worker call exist before the cancel.
-  EXPECT_TRUE(WaitFor([&] {
-    absl::MutexLock lock(&mu);
-    return ctx != nullptr && prefill_[0]->script.calls() == 1;
-  }));
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_NE(ctx, nullptr) << "the call ended before the cancel";
-    if (ctx != nullptr) ctx->TryCancel();
-  }
-  t.join();
+  BackgroundCall call(this);
+  // Both the call and the worker call exist before the cancel.
+  EXPECT_TRUE(WaitFor([&] { return call.Running() && prefill_[0]->script.calls() == 1; }));
+  EXPECT_TRUE(call.Cancel()) << "the call ended before the cancel";
+  const Result r = call.Join();
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitFor([&] { return prefill_[0]->script.cancelled() == 1; }));
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
@@ -555,6 +547,33 @@ TEST_F(RouterServiceTest, DeadlineIsDeadlineExceededAndReachesTheWorkers) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
   EXPECT_EQ(decode_[0]->script.calls(), 1);
+}
+
+// A stop string ends the request at the router: the text stops before it,
+// the finish reason is STOP, and the call still ends OK.
+TEST_F(RouterServiceTest, StopStringEndsTheRequest) {
+  StartStack(1, 1);
+  pdserve::v1::GenerateRequest req = Request();
+  req.mutable_sampling()->add_stop("i");
+  Result r = Generate(nullptr, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "h");
+  ASSERT_FALSE(r.messages.empty());
+  EXPECT_EQ(r.messages.back().finish_reason(), pdserve::v1::FINISH_REASON_STOP);
+}
+
+// A prompt within local_prefill_max_tokens skips the prefill worker: the
+// decode worker is both workers of the request.
+TEST_F(RouterServiceTest, ShortPromptIsPrefilledOnTheDecodeWorker) {
+  RouterOptions o;
+  o.local_prefill_max_tokens = 16;
+  StartStack(1, 1, o);
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{kH, kI, kJ}));
+  EXPECT_EQ(prefill_[0]->script.calls(), 0);
+  EXPECT_EQ(r.messages.back().usage().prefill_worker(), decode_addresses_[0]);
+  EXPECT_EQ(r.messages.back().usage().decode_worker(), decode_addresses_[0]);
 }
 
 }  // namespace
