@@ -11,6 +11,7 @@ AdmissionQueue::~AdmissionQueue() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    timer_cv_.Signal();
   }
   timer_.join();
 }
@@ -43,6 +44,7 @@ void AdmissionQueue::Wait(const Ticket& ticket, absl::Time deadline, OnTurn on_t
     waiters_[ticket.order] = Waiter{deadline, std::move(on_turn)};
     if (deadline != absl::InfiniteFuture()) deadlines_.insert({deadline, ticket.order});
     ++timer_epoch_;
+    timer_cv_.Signal();
   }
   Pump();
 }
@@ -64,6 +66,7 @@ void AdmissionQueue::Requeue(const Ticket& ticket) {
   waiting_.insert(ticket.order);
   backoff_until_ = absl::Now() + options_.capacity_backoff;
   ++timer_epoch_;
+  timer_cv_.Signal();
 }
 
 void AdmissionQueue::Release() {
@@ -148,18 +151,20 @@ absl::Time AdmissionQueue::NextWakeLocked() const {
   return next;
 }
 
+// Sleeps until the next deadline or backoff end, or until a call may have
+// made it earlier (timer_epoch_), then pumps. A CondVar, not an Await
+// condition: TSan cannot follow conditions that other threads evaluate.
 void AdmissionQueue::TimerLoop() {
-  mu_.Lock();
+  absl::MutexLock lock(&mu_);
   while (!stopping_) {
     const uint64_t epoch = timer_epoch_;
-    auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || timer_epoch_ != epoch; };
     const absl::Time next = NextWakeLocked();
-    if (mu_.AwaitWithDeadline(absl::Condition(&changed), next)) continue;  // re-plan
+    while (!stopping_ && timer_epoch_ == epoch && absl::Now() < next) timer_cv_.WaitWithDeadline(&mu_, next);
+    if (stopping_ || timer_epoch_ != epoch) continue;  // stop, or re-plan
     mu_.Unlock();
     Pump();
     mu_.Lock();
   }
-  mu_.Unlock();
 }
 
 int AdmissionQueue::waiting() const {

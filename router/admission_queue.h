@@ -100,6 +100,7 @@ class AdmissionQueue {
   bool pumping_ ABSL_GUARDED_BY(mu_) = false;
   bool repump_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t timer_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped when the next wake may be earlier
+  absl::CondVar timer_cv_;                          // signalled with each bump
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread timer_;
 };

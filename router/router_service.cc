@@ -60,25 +60,24 @@ RouterService::~RouterService() {
 
 grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::CallbackServerContext* context,
                                                                     const pdserve::v1::GenerateRequest* request) {
+  {
+    // Counted from the start, so that the destructor also waits for a
+    // handler that is still refusing its request.
+    absl::MutexLock lock(&mu_);
+    ++inflight_;
+  }
   absl::StatusOr<std::vector<uint32_t>> prompt =
       ValidateGenerateRequest(*request, config_, *tokenizer_, options_.limits);
   auto call = QueuedWriter<GenerateResponse>::Create<GenerateCall>(
       this, context, *request, prompt.ok() ? std::move(*prompt) : std::vector<uint32_t>{}, UnguessableRequestId());
   call->BindContext(context);
-  if (!prompt.ok()) {
-    RequestsCounter(static_cast<grpc::StatusCode>(prompt.status().code()))->Increment();
-    call->Close(ToGrpcStatus(prompt.status()));
-    return call.get();
-  }
-  absl::StatusOr<AdmissionQueue::Ticket> ticket = queue_.Enter(ClientOfPeer(context->peer()));
+  absl::StatusOr<AdmissionQueue::Ticket> ticket =
+      prompt.ok() ? queue_.Enter(ClientOfPeer(context->peer())) : prompt.status();
   if (!ticket.ok()) {
-    RequestsCounter(grpc::StatusCode::RESOURCE_EXHAUSTED)->Increment();
+    RequestsCounter(static_cast<grpc::StatusCode>(ticket.status().code()))->Increment();
     call->Close(ToGrpcStatus(ticket.status()));
+    EndInflight();
     return call.get();
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    ++inflight_;
   }
   call->Start(std::move(*ticket));  // returns at once: the chain runs on callbacks
   return call.get();
@@ -87,14 +86,15 @@ grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::Callba
 grpc::ServerUnaryReactor* RouterService::Tokenize(grpc::CallbackServerContext* context,
                                                   const pdserve::v1::TokenizeRequest* request,
                                                   pdserve::v1::TokenizeResponse* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++inflight_;
+  }
   auto* reactor = context->DefaultReactor();
   absl::StatusOr<std::vector<uint32_t>> ids = tokenizer_->Encode(request->text());
-  if (!ids.ok()) {
-    reactor->Finish(ToGrpcStatus(ids.status()));
-    return reactor;
-  }
-  response->mutable_token_ids()->Assign(ids->begin(), ids->end());
-  reactor->Finish(grpc::Status::OK);
+  if (ids.ok()) response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  reactor->Finish(ToGrpcStatus(ids.status()));
+  EndInflight();
   return reactor;
 }
 

@@ -76,7 +76,7 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   class GenerateCall;      // generate_call.h
   class PlacementAttempt;  // placement_attempt.h
 
-  // A Generate call is over (the last thing it does with the service).
+  // A Generate or Tokenize call is done with the service (its last use).
   void EndInflight();
   // Counts requests by final status code (created on first use).
   Counter* RequestsCounter(grpc::StatusCode code);

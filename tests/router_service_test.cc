@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -306,14 +307,17 @@ class RouterServiceTest : public ::testing::Test {
     std::vector<pdserve::v1::GenerateResponse> messages;
   };
 
-  // One Generate, read to the end. `setup` may set a deadline or keep the
-  // context to cancel it.
+  // One Generate, read to the end. `setup` may set a deadline.
   Result Generate(const std::function<void(grpc::ClientContext*)>& setup = nullptr,
                   pdserve::v1::GenerateRequest req = Request()) {
     grpc::ClientContext ctx;
     if (setup) setup(&ctx);
+    return GenerateWith(&ctx, std::move(req));
+  }
+
+  Result GenerateWith(grpc::ClientContext* ctx, const pdserve::v1::GenerateRequest& req = Request()) {
     Result r;
-    auto reader = stub_->Generate(&ctx, req);
+    auto reader = stub_->Generate(ctx, req);
     pdserve::v1::GenerateResponse msg;
     while (reader->Read(&msg)) {
       r.tokens.insert(r.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
@@ -324,33 +328,24 @@ class RouterServiceTest : public ::testing::Test {
     return r;
   }
 
-  // A Generate on its own thread, whose context the test may cancel while
-  // the call runs (the context ends with the call, so Cancel checks).
+  // A Generate on its own thread, with a context the test may cancel at
+  // any time (it lives as long as this object).
   class BackgroundCall {
    public:
     explicit BackgroundCall(RouterServiceTest* test)
         : thread_([this, test] {
-            Result r = test->Generate([this](grpc::ClientContext* c) {
-              absl::MutexLock lock(&mu_);
-              ctx_ = c;
-            });
-            absl::MutexLock lock(&mu_);
-            ctx_ = nullptr;
-            result_ = std::move(r);
+            result_ = test->GenerateWith(&ctx_);
+            done_ = true;
           }) {}
     ~BackgroundCall() {
       if (thread_.joinable()) thread_.join();
     }
-    bool Running() {
-      absl::MutexLock lock(&mu_);
-      return ctx_ != nullptr;
-    }
+    bool Running() const { return !done_; }
     // Cancels the call; false when it had already ended.
     bool Cancel() {
-      absl::MutexLock lock(&mu_);
-      if (ctx_ == nullptr) return false;
-      ctx_->TryCancel();
-      return true;
+      const bool running = !done_;
+      ctx_.TryCancel();
+      return running;
     }
     Result Join() {
       thread_.join();
@@ -358,8 +353,8 @@ class RouterServiceTest : public ::testing::Test {
     }
 
    private:
-    absl::Mutex mu_;
-    grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+    grpc::ClientContext ctx_;
+    std::atomic<bool> done_{false};
     Result result_;
     std::thread thread_;  // last: starts once the rest is built
   };

@@ -27,7 +27,8 @@ if(PDSERVE_SANITIZE STREQUAL "thread")
   # binaries scripts/sanitize.sh thread runs (see sanitizers/absl_tsan_shim.cc).
   add_library(pdserve_absl_tsan_shim OBJECT sanitizers/absl_tsan_shim.cc)
   target_link_libraries(pdserve_absl_tsan_shim PUBLIC absl::synchronization absl::time)
-  foreach(t worker_pool_test kv_transfer_test batch_scheduler_test decode_service_test)
+  foreach(t worker_pool_test admission_queue_test router_service_test kv_transfer_test batch_scheduler_test
+            decode_service_test)
     if(TARGET ${t})
       target_link_libraries(${t} PRIVATE pdserve_absl_tsan_shim ${CMAKE_DL_LIBS})
       target_link_options(${t} PRIVATE -rdynamic)
