@@ -7,11 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/cache_layout.h"
 #include "common/net/grpc_status.h"
+#include "common/net/sampling_validation.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
-
-using pdserve::v1::FinishReason;
 
 struct BatchScheduler::Entry {
   enum class State { kAwaitingKv, kLocalPrefill, kReceiving, kRunning, kDone };
@@ -133,8 +132,11 @@ BatchScheduler::BatchScheduler(const Engine* engine, BatchSchedulerOptions optio
 
 void BatchScheduler::InitMetrics() {
   MetricsRegistry* r = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
+  // By FinishReason; "stop" is the router's (stop strings), never ended here.
   const char* reasons[] = {"unspecified", "length", "eos", "stop"};
-  for (int i = 0; i < 4; ++i) {
+  r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
+                {{"outcome", reasons[3]}});
+  for (int i = 0; i < 3; ++i) {
     m_.finished[i] = r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
                                    {{"outcome", reasons[i]}});
   }
@@ -159,8 +161,10 @@ void BatchScheduler::InitMetrics() {
   m_.step_seconds = r->GetHistogram("pdserve_decode_step_seconds", "Wall time of one batched decode step.",
                                     ExponentialBuckets(0.001, 2, 14));
   if (options_.metrics == nullptr) return;
-  auto load = [this](auto field) { return [this, field] { return static_cast<double>((Load().*field)()); }; };
-  using L = internal::v1::GetLoadResponse;
+  auto load = [this](int64_t SchedulerLoad::*field) {
+    return [this, field] { return static_cast<double>(Load().*field); };
+  };
+  using L = SchedulerLoad;
   r->AddCallbackGauge("pdserve_decode_active_sequences", "Sequences admitted and not yet finished.",
                       load(&L::active_sequences));
   r->AddCallbackGauge("pdserve_decode_waiting_sequences", "Admitted sequences still waiting for their K/V.",
@@ -387,7 +391,7 @@ bool BatchScheduler::PrefillOneLocally() {
 void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_ptr<Sequence> seq,
                                   uint32_t first_token) {
   const ModelConfig& c = engine_->config();
-  FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+  FinishReason finish = FinishReason::kNone;
   {
     absl::MutexLock lock(&mu_);
     if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
@@ -398,18 +402,18 @@ void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_p
     e->last_token = first_token;
     e->generated = 1;
     if (e->request.max_new_tokens == 1) {
-      finish = pdserve::v1::FINISH_REASON_LENGTH;
+      finish = FinishReason::kLength;
     } else if (!e->request.ignore_eos && c.eos_token_id && first_token == *c.eos_token_id) {
-      finish = pdserve::v1::FINISH_REASON_EOS;
+      finish = FinishReason::kEos;
     }
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+    if (finish != FinishReason::kNone) RemoveLocked(e);
   }
   // The first token goes out before the sequence can join a step, so that
   // the loop's second token never overtakes it.
   m_.generated_tokens->Increment();
-  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
+  if (finish != FinishReason::kNone) m_.finished[static_cast<int>(finish)]->Increment();
   e->sink->OnTokens({first_token}, finish);
-  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) return;
+  if (finish != FinishReason::kNone) return;
   absl::MutexLock lock(&mu_);
   if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
   e->state = Entry::State::kRunning;
@@ -426,18 +430,17 @@ void BatchScheduler::FailRequest(const std::shared_ptr<Entry>& e, const absl::St
   e->sink->OnError(status);
 }
 
-internal::v1::GetLoadResponse BatchScheduler::Load() const {
-  internal::v1::GetLoadResponse r;
+SchedulerLoad BatchScheduler::Load() const {
+  SchedulerLoad r;
   absl::MutexLock lock(&mu_);
-  r.set_active_sequences(static_cast<uint32_t>(entries_.size()));
-  r.set_queued_requests(static_cast<uint32_t>(entries_.size() - running_.size()));
-  r.set_kv_bytes_used(reserved_bytes_);
-  r.set_kv_bytes_free(std::max<int64_t>(0, options_.kv_budget_bytes - reserved_bytes_));
-  r.set_kv_bytes_allocated(allocated_bytes_);
-  r.set_last_batch_size(last_batch_);
-  r.set_max_batch_size(max_batch_seen_);
-  r.set_decode_steps(steps_);
-  r.set_model_fingerprint(options_.model_fingerprint);
+  r.active_sequences = static_cast<int64_t>(entries_.size());
+  r.queued_requests = static_cast<int64_t>(entries_.size() - running_.size());
+  r.kv_bytes_used = reserved_bytes_;
+  r.kv_bytes_free = std::max<int64_t>(0, options_.kv_budget_bytes - reserved_bytes_);
+  r.kv_bytes_allocated = allocated_bytes_;
+  r.last_batch_size = last_batch_;
+  r.max_batch_size = max_batch_seen_;
+  r.decode_steps = static_cast<int64_t>(steps_);
   return r;
 }
 
@@ -521,13 +524,13 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     if (e->state != Entry::State::kRunning) continue;  // cancelled during the step
     e->last_token = tok;
     ++e->generated;
-    FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+    FinishReason finish = FinishReason::kNone;
     if (!e->request.ignore_eos && c.eos_token_id && tok == *c.eos_token_id) {
-      finish = pdserve::v1::FINISH_REASON_EOS;
+      finish = FinishReason::kEos;
     } else if (e->generated >= e->request.max_new_tokens) {
-      finish = pdserve::v1::FINISH_REASON_LENGTH;
+      finish = FinishReason::kLength;
     }
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+    if (finish != FinishReason::kNone) RemoveLocked(e);
     emit.emplace_back(e, finish);
   }
   m_.steps->Increment();
@@ -535,7 +538,7 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
   m_.step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
   m_.generated_tokens->Increment(static_cast<double>(emit.size()));
   for (auto& [e, finish] : emit) {
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
+    if (finish != FinishReason::kNone) m_.finished[static_cast<int>(finish)]->Increment();
     e->sink->OnTokens({static_cast<uint32_t>(e->last_token)}, finish);
   }
 }

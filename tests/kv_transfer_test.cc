@@ -1,7 +1,8 @@
 // The KV hand-off transfer interface (kv_transfer.h) over both transports:
 // a test KvReceiver (tests/kv_test_util.h) reached through an
 // InProcessKvRegistry or a real gRPC server on loopback (DecodeWorker.PushKv
-// -> NewPushKvReactor). The NCCL transport: nccl_kv_transfer_test.cc.
+// -> NewPushKvReactor), then the same transports into the real receive
+// session of a BatchScheduler. The NCCL transport: nccl_kv_transfer_test.cc.
 #include "common/net/grpc_status.h"
 #include "common/handoff/kv_transfer.h"
 
@@ -20,8 +21,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/engine/engine.h"
+#include "common/model/weights.h"
 #include "common/net/server.h"
+#include "decode_service/batch_scheduler.h"
 #include "tests/kv_test_util.h"
+#include "tests/scheduler_test_util.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -539,6 +544,145 @@ TEST(InProcessKvRegistryTest, SenderUsesItsOwnRegistryNotTheGlobalOne) {
   EXPECT_EQ(global.sessions(), 1u);
   InProcessKvRegistry::Global().Unregister("global:1");
 }
+
+// ---- The real receive session: a BatchScheduler behind either transport ----
+
+class SchedulerTransferTest : public ::testing::TestWithParam<KvTransport> {
+ protected:
+  static void SetUpTestSuite() {
+    engine_ = Engine::FromWeights(RandomWeights(testing::TinyConfig(), 3)).release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+  }
+
+  void SetUp() override {
+    BatchSchedulerOptions o;
+    o.model_fingerprint = kFingerprint;
+    o.kv_budget_bytes = int64_t{64} << 20;
+    scheduler_ = std::make_unique<BatchScheduler>(engine_, o);
+    scheduler_->Start();
+    if (GetParam() == KvTransport::kGrpc) {
+      service_ = std::make_unique<TestDecodeService>(scheduler_.get());
+      auto started = StartServer("127.0.0.1:0", {service_.get()});
+      ASSERT_TRUE(started.ok()) << started.status();
+      server_ = std::move(started->server);
+      address_ = "127.0.0.1:" + std::to_string(started->port);
+    } else {
+      address_ = "decode-0.test:7001";
+      registry_.Register(address_, scheduler_.get());
+    }
+    KvSenderOptions so;
+    so.max_chunk_bytes = 256;
+    so.registry = &registry_;
+    sender_ = MakeKvSender(GetParam(), engine_->config(), so);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      server_->Wait();
+    }
+    scheduler_->Shutdown();
+  }
+
+  absl::StatusOr<RequestHandle> Admit(const std::string& id, std::shared_ptr<TokenSink> sink) {
+    AdmitRequest r;
+    r.request_id = id;
+    r.prompt_len = kPromptLen;
+    r.max_new_tokens = 4;
+    r.ignore_eos = true;
+    return scheduler_->Admit(r, std::move(sink));
+  }
+
+  static absl::Time Deadline() { return absl::Now() + absl::Seconds(10); }
+
+  // The hand-off's buffers and reservations all returned.
+  bool Drained() {
+    return WaitFor([&] {
+      const SchedulerLoad load = scheduler_->Load();
+      return load.active_sequences == 0 && load.kv_bytes_used == 0 && load.kv_bytes_allocated == 0;
+    });
+  }
+
+  static Engine* engine_;
+  std::unique_ptr<BatchScheduler> scheduler_;
+  InProcessKvRegistry registry_;
+  std::unique_ptr<TestDecodeService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<KvSender> sender_;
+};
+
+Engine* SchedulerTransferTest::engine_ = nullptr;
+
+TEST_P(SchedulerTransferTest, AnAdmittedRequestDecodesFromItsHandoff) {
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(Admit("req-1", sink).ok());
+  const KvHandoffState sent = MakeState(engine_->config(), internal::v1::KV_DTYPE_F32, kPromptLen, 5);
+  HandoffResult r =
+      RunHandoff(*sender_, address_, MakeHeader(internal::v1::KV_DTYPE_F32), sent, /*first_token=*/17, Deadline());
+  ASSERT_TRUE(r.status.ok()) << r.stage << ": " << r.status;
+  EXPECT_EQ(r.stats.bytes, ExpectedTotalBytes(engine_->config(), internal::v1::KV_DTYPE_F32, kPromptLen));
+  ASSERT_TRUE(sink->WaitDone());
+  ASSERT_TRUE(sink->error().ok()) << sink->error();
+  const std::vector<int64_t> tokens = sink->tokens();
+  ASSERT_EQ(tokens.size(), 4u);
+  EXPECT_EQ(tokens[0], 17);  // the commit's first token comes out first
+  EXPECT_EQ(sink->finishes().back(), FinishReason::kLength);
+  EXPECT_TRUE(Drained());
+}
+
+TEST_P(SchedulerTransferTest, AHandoffNoDecodeCallAdmittedIsNotFound) {
+  const KvHandoffState sent = MakeState(engine_->config(), internal::v1::KV_DTYPE_F32, kPromptLen, 6);
+  HandoffResult r = RunHandoff(*sender_, address_, MakeHeader(internal::v1::KV_DTYPE_F32, "stranger"), sent, 1,
+                               Deadline());
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound) << r.stage << ": " << r.status;
+  EXPECT_TRUE(Drained());
+}
+
+TEST_P(SchedulerTransferTest, AWrongModelFailsTheRequestAndFreesIt) {
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(Admit("req-1", sink).ok());
+  // The header names another model: the session has bound the request by
+  // then, so the rejection fails it.
+  const KvHandoffState sent = MakeState(engine_->config(), internal::v1::KV_DTYPE_F32, kPromptLen, 7);
+  KvHeader header = MakeHeader(internal::v1::KV_DTYPE_F32);
+  header.set_model_fingerprint("another-model");
+  HandoffResult r = RunHandoff(*sender_, address_, header, sent, 1, Deadline());
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.stage << ": " << r.status;
+  ASSERT_TRUE(sink->WaitDone());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kFailedPrecondition) << sink->error();
+  EXPECT_TRUE(sink->tokens().empty());
+  EXPECT_TRUE(Drained());
+}
+
+TEST_P(SchedulerTransferTest, CancellingMidHandoffFreesTheBuffersAndFailsTheStream) {
+  auto sink = std::make_shared<RecordingSink>();
+  auto handle = Admit("req-1", sink);
+  ASSERT_TRUE(handle.ok());
+  const KvHandoffState sent = MakeState(engine_->config(), internal::v1::KV_DTYPE_F32, kPromptLen, 8);
+  auto session = sender_->StartSend(address_, MakeHeader(internal::v1::KV_DTYPE_F32), Deadline());
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->SendLayer(0, sent.k[0], sent.v[0]).ok());
+  // The header arrived: the request holds its hand-off's bytes.
+  ASSERT_TRUE(WaitFor([&] { return scheduler_->Load().kv_bytes_allocated > 0; }));
+  scheduler_->Cancel(*handle);
+  EXPECT_EQ(scheduler_->Load().kv_bytes_allocated, 0);
+  absl::Status st;
+  for (size_t l = 1; l < sent.k.size() && st.ok(); ++l) st = (*session)->SendLayer(static_cast<int64_t>(l), sent.k[l], sent.v[l]);
+  if (st.ok()) st = (*session)->CommitSend(3).status();
+  EXPECT_FALSE(st.ok()) << "the hand-off of a cancelled request was acknowledged";
+  EXPECT_TRUE(sink->tokens().empty());
+  EXPECT_TRUE(Drained());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, SchedulerTransferTest,
+                         ::testing::Values(KvTransport::kGrpc, KvTransport::kInProcess),
+                         [](const ::testing::TestParamInfo<KvTransport>& info) {
+                           return std::string(info.param == KvTransport::kGrpc ? "Grpc" : "InProcess");
+                         });
 
 // ---- ParseKvTransport ----
 

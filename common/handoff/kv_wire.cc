@@ -47,10 +47,6 @@ absl::Status Reject(const std::string& why) { return absl::FailedPreconditionErr
 
 }  // namespace
 
-SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p) {
-  return SamplingParams{p.temperature(), p.top_p(), static_cast<int64_t>(p.top_k()), p.seed()};
-}
-
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len) {
   return ModelConfig::IsWindowed(layer) ? std::min(prompt_len, config.window) : prompt_len;
 }

@@ -14,7 +14,6 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "common/engine/sampler.h"
 #include "common/kv/handoff_state.h"
 #include "common/model/config.h"
 #include "pdserve/internal/v1/worker.pb.h"
@@ -22,9 +21,6 @@
 namespace pdserve {
 
 inline constexpr int64_t kMaxKvChunkBytes = 4 << 20;
-
-// The engine's sampling parameters from the wire's.
-SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p);
 
 // Rows a layer carries for a prompt of `prompt_len` tokens.
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len);

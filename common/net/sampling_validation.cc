@@ -17,4 +17,8 @@ absl::Status ValidateSampling(const pdserve::v1::SamplingParams& s, absl::string
   return absl::OkStatus();
 }
 
+SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p) {
+  return SamplingParams{p.temperature(), p.top_p(), static_cast<int64_t>(p.top_k()), p.seed()};
+}
+
 }  // namespace pdserve
