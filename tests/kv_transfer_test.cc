@@ -106,7 +106,7 @@ class KvTransferTest : public ::testing::TestWithParam<KvTransport> {
 TEST_P(KvTransferTest, RoundTripsEveryLayerInBothDtypes) {
   auto sender = Sender(/*max_chunk_bytes=*/256);
   uint32_t first_token = 41;
-  for (KvDtype dtype : {internal::v1::KV_DTYPE_F32, internal::v1::KV_DTYPE_BF16}) {
+  for (internal::v1::KvDtype dtype : {internal::v1::KV_DTYPE_F32, internal::v1::KV_DTYPE_BF16}) {
     SCOPED_TRACE(internal::v1::KvDtype_Name(dtype));
     const size_t before = receiver_.sessions();
     const KvHandoffState sent = MakeState(config_, dtype, kPromptLen, /*seed=*/first_token);
