@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/cache_layout.h"
 #include "common/net/grpc_status.h"
-#include "common/net/sampling_validation.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -23,7 +22,7 @@ struct BatchScheduler::Entry {
   absl::Time last_progress;
   State state = State::kAwaitingKv;
   // kReceiving: the hand-off's buffers, freed when the entry goes.
-  std::shared_ptr<ReceiveBuffers> receive;
+  std::shared_ptr<KvReceiveBuffers> receive;
   // Running only. The step in flight holds a reference, so a cancelled
   // entry's cache lives until that step ends.
   std::unique_ptr<Sequence> seq;
@@ -32,96 +31,54 @@ struct BatchScheduler::Entry {
   int64_t last_token = 0;
 };
 
-// What a hand-off in progress holds: the decoder and its tensors. Shared
-// by the session (which feeds it) and the entry (whose removal frees it,
-// even while the sender stalls and no chunk comes to notice). Lock order:
-// the scheduler's mu_, then this mu.
-struct BatchScheduler::ReceiveBuffers {
-  absl::Mutex mu;
-  std::unique_ptr<KvChunkDecoder> decoder ABSL_GUARDED_BY(mu);
-  absl::Status dropped ABSL_GUARDED_BY(mu);  // why the decoder is gone
-
-  void Drop(const absl::Status& why) {
-    absl::MutexLock lock(&mu);
-    if (decoder == nullptr) return;
-    decoder.reset();
-    dropped = why;
-  }
-};
-
-// One incoming hand-off, bound to its request by the header.
+// One incoming hand-off, bound to its request by the header. The
+// transport checks the chunks (chunk_receive_session.h); this side binds,
+// keeps the hand-off's timeout alive and imports the result.
 class BatchScheduler::ReceiveSession final : public KvReceiveSession {
  public:
-  ReceiveSession(BatchScheduler* owner, KvReceiveLimits limits)
-      : owner_(owner), buffers_(std::make_shared<ReceiveBuffers>()) {
-    absl::MutexLock lock(&buffers_->mu);
-    buffers_->decoder = std::make_unique<KvChunkDecoder>(owner->engine_->config(), std::move(limits));
-  }
+  explicit ReceiveSession(BatchScheduler* owner) : owner_(owner) {}
 
   ~ReceiveSession() override {
     if (!ended_) AbortReceive(absl::CancelledError("the hand-off stream ended without a commit"));
   }
 
-  absl::Status ReceiveChunk(const internal::v1::KvChunk& chunk) override {
-    if (entry_ == nullptr) {
-      if (chunk.body_case() != internal::v1::KvChunk::kHeader) {
-        return absl::FailedPreconditionError("KV hand-off rejected: the first chunk is not a header");
-      }
-      const auto& h = chunk.header();
-      RETURN_IF_ERROR(owner_->AttachReceiver(h.request_id(), static_cast<int64_t>(h.prompt_len()),
-                                             static_cast<int64_t>(h.total_bytes()), buffers_, &entry_));
-    } else {
-      owner_->NoteProgress(entry_);
-      if (chunk.has_progress()) return absl::OkStatus();  // a heartbeat, no K/V
-    }
-    absl::MutexLock lock(&buffers_->mu);
-    if (buffers_->decoder == nullptr) return buffers_->dropped;
-    return buffers_->decoder->Accept(chunk);
+  absl::Status ReceiveHeader(const KvHandoffHeader& header, std::shared_ptr<KvReceiveBuffers> buffers) override {
+    sampling_ = header.sampling;
+    return owner_->AttachReceiver(header.request_id, header.prompt_len, header.total_bytes, std::move(buffers),
+                                  &entry_);
   }
 
-  absl::StatusOr<internal::v1::PushKvResponse> FinishReceive() override {
+  void ReceiveProgress() override {
+    if (entry_ != nullptr) owner_->NoteProgress(entry_);
+  }
+
+  absl::StatusOr<KvHandoffAck> FinishReceive(KvHandoffState state, uint32_t first_token) override {
+    if (entry_ == nullptr) {  // the transport finishes only a bound hand-off
+      const absl::Status unbound = absl::FailedPreconditionError("KV hand-off rejected: no header received");
+      AbortReceive(unbound);
+      return unbound;
+    }
     ended_ = true;
-    absl::StatusOr<KvHandoffState> state;
-    internal::v1::PushKvResponse ack;
-    uint32_t first_token = 0;
-    {
-      absl::MutexLock lock(&buffers_->mu);
-      if (buffers_->decoder == nullptr) {
-        state = buffers_->dropped;
-      } else {
-        state = buffers_->decoder->Finish();
-        ack.set_received_bytes(buffers_->decoder->received_bytes());
-        first_token = buffers_->decoder->first_token();
-        if (entry_ != nullptr && state.ok()) {
-          entry_->sampling = SamplingFromProto(buffers_->decoder->header().sampling());
-        }
-        buffers_->decoder.reset();  // the state owns the tensors now
-      }
-    }
-    if (!state.ok()) {
-      owner_->m_.handoff_rejections->Increment();
-      if (entry_ != nullptr) owner_->FailRequest(entry_, state.status());
-      return state.status();
-    }
-    owner_->m_.received_bytes->Increment(static_cast<double>(ack.received_bytes()));
-    owner_->CompleteHandoff(entry_, std::move(*state), first_token);
+    const KvHandoffAck ack{state.Bytes()};
+    entry_->sampling = sampling_;
+    owner_->m_.received_bytes->Increment(static_cast<double>(ack.received_bytes));
+    owner_->CompleteHandoff(entry_, std::move(state), first_token);
     return ack;
   }
 
-  // Counted once per hand-off: after FinishReceive (which counted a
-  // rejection itself) the transport's abort is a no-op.
+  // Counted once per hand-off: after FinishReceive the transport's abort is
+  // a no-op.
   void AbortReceive(const absl::Status& why) override {
     if (ended_) return;
     ended_ = true;
     owner_->m_.handoff_rejections->Increment();
-    buffers_->Drop(why);
     if (entry_ != nullptr) owner_->FailRequest(entry_, why);
   }
 
  private:
   BatchScheduler* owner_;
-  std::shared_ptr<ReceiveBuffers> buffers_;
   std::shared_ptr<Entry> entry_;
+  SamplingParams sampling_;  // the header's, for the steps
   bool ended_ = false;
 };
 
@@ -294,16 +251,22 @@ absl::StatusOr<std::unique_ptr<KvReceiveSession>> BatchScheduler::BeginReceive()
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the decode worker is shutting down");
   }
+  return std::make_unique<ReceiveSession>(this);
+}
+
+const ModelConfig& BatchScheduler::receive_config() const { return engine_->config(); }
+
+KvReceiveLimits BatchScheduler::receive_limits() const {
   KvReceiveLimits limits;
   limits.model_fingerprint = options_.model_fingerprint;
   limits.max_prompt_len = engine_->config().max_context;
   // A hand-off never carries more than its request reserved.
   limits.max_total_bytes = options_.kv_budget_bytes;
-  return std::make_unique<ReceiveSession>(this, std::move(limits));
+  return limits;
 }
 
 absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
-                                            std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out) {
+                                            std::shared_ptr<KvReceiveBuffers> buffers, std::shared_ptr<Entry>* out) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(request_id);
   if (it == entries_.end()) {

@@ -35,9 +35,7 @@
 #include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_transfer.h"
-#include "common/handoff/kv_wire.h"
 #include "common/net/metrics.h"
-#include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
 
@@ -130,8 +128,11 @@ class BatchScheduler final : public KvReceiver {
   // when its id now belongs to another admission.
   void Cancel(const RequestHandle& handle);
 
-  // KvReceiver: sessions accept hand-offs only for admitted requests.
+  // KvReceiver: sessions accept hand-offs only for admitted requests, of
+  // this model, within the KV budget.
   absl::StatusOr<std::unique_ptr<KvReceiveSession>> BeginReceive() override;
+  const ModelConfig& receive_config() const override;
+  KvReceiveLimits receive_limits() const override;
 
   // Load for the router (and the tests' leak checks).
   SchedulerLoad Load() const;
@@ -142,12 +143,11 @@ class BatchScheduler final : public KvReceiver {
 
  private:
   class ReceiveSession;
-  struct ReceiveBuffers;
   struct Entry;
 
   // The session's hooks into the table (under mu_).
   absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
-                              std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out);
+                              std::shared_ptr<KvReceiveBuffers> buffers, std::shared_ptr<Entry>* out);
   void NoteProgress(const std::shared_ptr<Entry>& entry);
   void CompleteHandoff(const std::shared_ptr<Entry>& entry, KvHandoffState state, uint32_t first_token);
   // Emits the first token and lets the sequence join the steps (or ends it).

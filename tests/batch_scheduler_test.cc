@@ -154,17 +154,16 @@ class HandoffTest : public BatchSchedulerTest {
     scheduler_->Shutdown();
   }
 
-  static internal::v1::KvHeader Header(const std::string& id, int64_t prompt_len, const std::string& fp) {
-    internal::v1::KvHeader h;
-    h.set_request_id(id);
-    h.set_model_fingerprint(fp);
-    h.set_dtype(internal::v1::KV_DTYPE_F32);
-    h.set_prompt_len(static_cast<uint64_t>(prompt_len));
+  static KvHandoffHeader Header(const std::string& id, int64_t prompt_len, const std::string& fp) {
+    KvHandoffHeader h;
+    h.request_id = id;
+    h.layout = KvHandoffLayout::Of(engine_->config(), KvDtype::kF32, fp);
+    h.prompt_len = prompt_len;
     return h;
   }
 
   // Prefills `prompt` here and sends its K/V and first token under `header`.
-  absl::Status Send(const std::vector<int64_t>& prompt, const internal::v1::KvHeader& header) {
+  absl::Status Send(const std::vector<int64_t>& prompt, const KvHandoffHeader& header) {
     auto seq = engine_->NewSequence();
     auto logits = engine_->Prefill(seq.get(), prompt);
     if (!logits.ok()) return logits.status();

@@ -5,7 +5,8 @@
 //                       Internal callers are not trusted more than public
 //                       ones;
 //   SamplingFromProto   the domain SamplingParams of the wire's (the decode
-//                       and prefill services, and the hand-off header).
+//   SamplingToProto     and prefill services, and the hand-off header), and
+//                       back.
 #pragma once
 
 #include "absl/strings/string_view.h"
@@ -24,5 +25,7 @@ absl::Status ValidateSampling(const pdserve::v1::SamplingParams& sampling, absl:
 // The sampling fields the engine uses (max_new_tokens, stop and ignore_eos
 // are the caller's).
 SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p);
+// Only those fields: max_new_tokens, stop and ignore_eos stay unset.
+pdserve::v1::SamplingParams SamplingToProto(const SamplingParams& s);
 
 }  // namespace pdserve
