@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -136,6 +137,42 @@ TEST_F(BatchSchedulerTest, LocalPrefillStepsToLengthLikeTheEngine) {
   EXPECT_EQ(load.kv_bytes_allocated, 0);
   EXPECT_GE(load.decode_steps, 5);
   s->Shutdown();
+}
+
+// The model's EOS ends a sequence (the first token included) with kEos,
+// unless the request ignores it. The EOS id is a token the model really
+// generates: same weights, only eos_token_id set.
+TEST_F(BatchSchedulerTest, EosEndsASequenceUnlessIgnored) {
+  const std::vector<int64_t> prompt = Prompt(12);
+  const std::vector<int64_t> ref = Reference(prompt, 8);
+  ASSERT_EQ(ref.size(), 8u);
+  // The first token that was not generated before: EOS there ends the
+  // sequence after exactly k + 1 tokens.
+  size_t k = 1;
+  while (k < ref.size() && std::find(ref.begin(), ref.begin() + k, ref[k]) != ref.begin() + k) ++k;
+  ASSERT_LT(k, ref.size()) << "the reference repeats one token; pick another prompt";
+  ModelConfig config = testing::TinyConfig();
+  config.eos_token_id = ref[k];
+  std::unique_ptr<Engine> engine = Engine::FromWeights(RandomWeights(config, 7));
+  BatchSchedulerOptions o;
+  o.model_fingerprint = kFingerprint;
+  BatchScheduler s(engine.get(), o);
+  s.Start();
+  for (bool ignore_eos : {false, true}) {
+    SCOPED_TRACE(ignore_eos ? "ignore_eos" : "stops at eos");
+    AdmitRequest r = Request(ignore_eos ? "ignoring" : "stopping", 12, 8);
+    r.ignore_eos = ignore_eos;
+    r.local_prompt = prompt;
+    auto sink = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(s.Admit(r, sink).ok());
+    ASSERT_TRUE(sink->WaitDone());
+    ASSERT_TRUE(sink->error().ok()) << sink->error();
+    const std::vector<int64_t> want(ref.begin(), ignore_eos ? ref.end() : ref.begin() + k + 1);
+    EXPECT_EQ(sink->tokens(), want);
+    EXPECT_EQ(sink->finishes().back(), ignore_eos ? FinishReason::kLength : FinishReason::kEos);
+  }
+  EXPECT_EQ(s.Load().kv_bytes_used, 0);
+  s.Shutdown();
 }
 
 class HandoffTest : public BatchSchedulerTest {
