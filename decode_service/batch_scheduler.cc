@@ -11,8 +11,6 @@
 
 namespace pdserve {
 
-using pdserve::v1::FinishReason;
-
 struct BatchScheduler::Entry {
   enum class State { kAwaitingKv, kLocalPrefill, kReceiving, kRunning, kDone };
   AdmitRequest request;
@@ -24,7 +22,7 @@ struct BatchScheduler::Entry {
   absl::Time last_progress;
   State state = State::kAwaitingKv;
   // kReceiving: the hand-off's buffers, freed when the entry goes.
-  std::shared_ptr<ReceiveBuffers> receive;
+  std::shared_ptr<KvReceiveBuffers> receive;
   // Running only. The step in flight holds a reference, so a cancelled
   // entry's cache lives until that step ends.
   std::unique_ptr<Sequence> seq;
@@ -33,96 +31,54 @@ struct BatchScheduler::Entry {
   int64_t last_token = 0;
 };
 
-// What a hand-off in progress holds: the decoder and its tensors. Shared
-// by the session (which feeds it) and the entry (whose removal frees it,
-// even while the sender stalls and no chunk comes to notice). Lock order:
-// the scheduler's mu_, then this mu.
-struct BatchScheduler::ReceiveBuffers {
-  absl::Mutex mu;
-  std::unique_ptr<KvChunkDecoder> decoder ABSL_GUARDED_BY(mu);
-  absl::Status dropped ABSL_GUARDED_BY(mu);  // why the decoder is gone
-
-  void Drop(const absl::Status& why) {
-    absl::MutexLock lock(&mu);
-    if (decoder == nullptr) return;
-    decoder.reset();
-    dropped = why;
-  }
-};
-
-// One incoming hand-off, bound to its request by the header.
+// One incoming hand-off, bound to its request by the header. The
+// transport checks the chunks (chunk_receive_session.h); this side binds,
+// keeps the hand-off's timeout alive and imports the result.
 class BatchScheduler::ReceiveSession final : public KvReceiveSession {
  public:
-  ReceiveSession(BatchScheduler* owner, KvReceiveLimits limits)
-      : owner_(owner), buffers_(std::make_shared<ReceiveBuffers>()) {
-    absl::MutexLock lock(&buffers_->mu);
-    buffers_->decoder = std::make_unique<KvChunkDecoder>(owner->engine_->config(), std::move(limits));
-  }
+  explicit ReceiveSession(BatchScheduler* owner) : owner_(owner) {}
 
   ~ReceiveSession() override {
     if (!ended_) AbortReceive(absl::CancelledError("the hand-off stream ended without a commit"));
   }
 
-  absl::Status ReceiveChunk(const internal::v1::KvChunk& chunk) override {
-    if (entry_ == nullptr) {
-      if (chunk.body_case() != internal::v1::KvChunk::kHeader) {
-        return absl::FailedPreconditionError("KV hand-off rejected: the first chunk is not a header");
-      }
-      const auto& h = chunk.header();
-      RETURN_IF_ERROR(owner_->AttachReceiver(h.request_id(), static_cast<int64_t>(h.prompt_len()),
-                                             static_cast<int64_t>(h.total_bytes()), buffers_, &entry_));
-    } else {
-      owner_->NoteProgress(entry_);
-      if (chunk.has_progress()) return absl::OkStatus();  // a heartbeat, no K/V
-    }
-    absl::MutexLock lock(&buffers_->mu);
-    if (buffers_->decoder == nullptr) return buffers_->dropped;
-    return buffers_->decoder->Accept(chunk);
+  absl::Status ReceiveHeader(const KvHandoffHeader& header, std::shared_ptr<KvReceiveBuffers> buffers) override {
+    sampling_ = header.sampling;
+    return owner_->AttachReceiver(header.request_id, header.prompt_len, header.total_bytes, std::move(buffers),
+                                  &entry_);
   }
 
-  absl::StatusOr<internal::v1::PushKvResponse> FinishReceive() override {
+  void ReceiveProgress() override {
+    if (entry_ != nullptr) owner_->NoteProgress(entry_);
+  }
+
+  absl::StatusOr<KvHandoffAck> FinishReceive(KvHandoffState state, uint32_t first_token) override {
+    if (entry_ == nullptr) {  // the transport finishes only a bound hand-off
+      const absl::Status unbound = absl::FailedPreconditionError("KV hand-off rejected: no header received");
+      AbortReceive(unbound);
+      return unbound;
+    }
     ended_ = true;
-    absl::StatusOr<KvHandoffState> state;
-    internal::v1::PushKvResponse ack;
-    uint32_t first_token = 0;
-    {
-      absl::MutexLock lock(&buffers_->mu);
-      if (buffers_->decoder == nullptr) {
-        state = buffers_->dropped;
-      } else {
-        state = buffers_->decoder->Finish();
-        ack.set_received_bytes(buffers_->decoder->received_bytes());
-        first_token = buffers_->decoder->first_token();
-        if (entry_ != nullptr && state.ok()) {
-          entry_->sampling = SamplingFromProto(buffers_->decoder->header().sampling());
-        }
-        buffers_->decoder.reset();  // the state owns the tensors now
-      }
-    }
-    if (!state.ok()) {
-      owner_->m_.handoff_rejections->Increment();
-      if (entry_ != nullptr) owner_->FailRequest(entry_, state.status());
-      return state.status();
-    }
-    owner_->m_.received_bytes->Increment(static_cast<double>(ack.received_bytes()));
-    owner_->CompleteHandoff(entry_, std::move(*state), first_token);
+    const KvHandoffAck ack{state.Bytes()};
+    entry_->sampling = sampling_;
+    owner_->m_.received_bytes->Increment(static_cast<double>(ack.received_bytes));
+    owner_->CompleteHandoff(entry_, std::move(state), first_token);
     return ack;
   }
 
-  // Counted once per hand-off: after FinishReceive (which counted a
-  // rejection itself) the transport's abort is a no-op.
+  // Counted once per hand-off: after FinishReceive the transport's abort is
+  // a no-op.
   void AbortReceive(const absl::Status& why) override {
     if (ended_) return;
     ended_ = true;
     owner_->m_.handoff_rejections->Increment();
-    buffers_->Drop(why);
     if (entry_ != nullptr) owner_->FailRequest(entry_, why);
   }
 
  private:
   BatchScheduler* owner_;
-  std::shared_ptr<ReceiveBuffers> buffers_;
   std::shared_ptr<Entry> entry_;
+  SamplingParams sampling_;  // the header's, for the steps
   bool ended_ = false;
 };
 
@@ -133,8 +89,11 @@ BatchScheduler::BatchScheduler(const Engine* engine, BatchSchedulerOptions optio
 
 void BatchScheduler::InitMetrics() {
   MetricsRegistry* r = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
+  // By FinishReason; "stop" is the router's (stop strings), never ended here.
   const char* reasons[] = {"unspecified", "length", "eos", "stop"};
-  for (int i = 0; i < 4; ++i) {
+  r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
+                {{"outcome", reasons[3]}});
+  for (int i = 0; i < 3; ++i) {
     m_.finished[i] = r->GetCounter("pdserve_decode_requests_total", "Decode requests that ended, by outcome.",
                                    {{"outcome", reasons[i]}});
   }
@@ -159,8 +118,10 @@ void BatchScheduler::InitMetrics() {
   m_.step_seconds = r->GetHistogram("pdserve_decode_step_seconds", "Wall time of one batched decode step.",
                                     ExponentialBuckets(0.001, 2, 14));
   if (options_.metrics == nullptr) return;
-  auto load = [this](auto field) { return [this, field] { return static_cast<double>((Load().*field)()); }; };
-  using L = internal::v1::GetLoadResponse;
+  auto load = [this](int64_t SchedulerLoad::*field) {
+    return [this, field] { return static_cast<double>(Load().*field); };
+  };
+  using L = SchedulerLoad;
   r->AddCallbackGauge("pdserve_decode_active_sequences", "Sequences admitted and not yet finished.",
                       load(&L::active_sequences));
   r->AddCallbackGauge("pdserve_decode_waiting_sequences", "Admitted sequences still waiting for their K/V.",
@@ -290,16 +251,22 @@ absl::StatusOr<std::unique_ptr<KvReceiveSession>> BatchScheduler::BeginReceive()
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the decode worker is shutting down");
   }
+  return std::make_unique<ReceiveSession>(this);
+}
+
+const ModelConfig& BatchScheduler::receive_config() const { return engine_->config(); }
+
+KvReceiveLimits BatchScheduler::receive_limits() const {
   KvReceiveLimits limits;
   limits.model_fingerprint = options_.model_fingerprint;
   limits.max_prompt_len = engine_->config().max_context;
   // A hand-off never carries more than its request reserved.
   limits.max_total_bytes = options_.kv_budget_bytes;
-  return std::make_unique<ReceiveSession>(this, std::move(limits));
+  return limits;
 }
 
 absl::Status BatchScheduler::AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
-                                            std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out) {
+                                            std::shared_ptr<KvReceiveBuffers> buffers, std::shared_ptr<Entry>* out) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(request_id);
   if (it == entries_.end()) {
@@ -387,7 +354,7 @@ bool BatchScheduler::PrefillOneLocally() {
 void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_ptr<Sequence> seq,
                                   uint32_t first_token) {
   const ModelConfig& c = engine_->config();
-  FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+  FinishReason finish = FinishReason::kNone;
   {
     absl::MutexLock lock(&mu_);
     if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
@@ -398,18 +365,18 @@ void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_p
     e->last_token = first_token;
     e->generated = 1;
     if (e->request.max_new_tokens == 1) {
-      finish = pdserve::v1::FINISH_REASON_LENGTH;
+      finish = FinishReason::kLength;
     } else if (!e->request.ignore_eos && c.eos_token_id && first_token == *c.eos_token_id) {
-      finish = pdserve::v1::FINISH_REASON_EOS;
+      finish = FinishReason::kEos;
     }
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+    if (finish != FinishReason::kNone) RemoveLocked(e);
   }
   // The first token goes out before the sequence can join a step, so that
   // the loop's second token never overtakes it.
   m_.generated_tokens->Increment();
-  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
+  if (finish != FinishReason::kNone) m_.finished[static_cast<int>(finish)]->Increment();
   e->sink->OnTokens({first_token}, finish);
-  if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) return;
+  if (finish != FinishReason::kNone) return;
   absl::MutexLock lock(&mu_);
   if (e->state != Entry::State::kReceiving) return;  // cancelled meanwhile
   e->state = Entry::State::kRunning;
@@ -426,18 +393,17 @@ void BatchScheduler::FailRequest(const std::shared_ptr<Entry>& e, const absl::St
   e->sink->OnError(status);
 }
 
-internal::v1::GetLoadResponse BatchScheduler::Load() const {
-  internal::v1::GetLoadResponse r;
+SchedulerLoad BatchScheduler::Load() const {
+  SchedulerLoad r;
   absl::MutexLock lock(&mu_);
-  r.set_active_sequences(static_cast<uint32_t>(entries_.size()));
-  r.set_queued_requests(static_cast<uint32_t>(entries_.size() - running_.size()));
-  r.set_kv_bytes_used(reserved_bytes_);
-  r.set_kv_bytes_free(std::max<int64_t>(0, options_.kv_budget_bytes - reserved_bytes_));
-  r.set_kv_bytes_allocated(allocated_bytes_);
-  r.set_last_batch_size(last_batch_);
-  r.set_max_batch_size(max_batch_seen_);
-  r.set_decode_steps(steps_);
-  r.set_model_fingerprint(options_.model_fingerprint);
+  r.active_sequences = static_cast<int64_t>(entries_.size());
+  r.queued_requests = static_cast<int64_t>(entries_.size() - running_.size());
+  r.kv_bytes_used = reserved_bytes_;
+  r.kv_bytes_free = std::max<int64_t>(0, options_.kv_budget_bytes - reserved_bytes_);
+  r.kv_bytes_allocated = allocated_bytes_;
+  r.last_batch_size = last_batch_;
+  r.max_batch_size = max_batch_seen_;
+  r.decode_steps = static_cast<int64_t>(steps_);
   return r;
 }
 
@@ -521,13 +487,13 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     if (e->state != Entry::State::kRunning) continue;  // cancelled during the step
     e->last_token = tok;
     ++e->generated;
-    FinishReason finish = pdserve::v1::FINISH_REASON_UNSPECIFIED;
+    FinishReason finish = FinishReason::kNone;
     if (!e->request.ignore_eos && c.eos_token_id && tok == *c.eos_token_id) {
-      finish = pdserve::v1::FINISH_REASON_EOS;
+      finish = FinishReason::kEos;
     } else if (e->generated >= e->request.max_new_tokens) {
-      finish = pdserve::v1::FINISH_REASON_LENGTH;
+      finish = FinishReason::kLength;
     }
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) RemoveLocked(e);
+    if (finish != FinishReason::kNone) RemoveLocked(e);
     emit.emplace_back(e, finish);
   }
   m_.steps->Increment();
@@ -535,7 +501,7 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
   m_.step_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - t0));
   m_.generated_tokens->Increment(static_cast<double>(emit.size()));
   for (auto& [e, finish] : emit) {
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) m_.finished[finish]->Increment();
+    if (finish != FinishReason::kNone) m_.finished[static_cast<int>(finish)]->Increment();
     e->sink->OnTokens({static_cast<uint32_t>(e->last_token)}, finish);
   }
 }

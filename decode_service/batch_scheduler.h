@@ -35,9 +35,7 @@
 #include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_transfer.h"
-#include "common/handoff/kv_wire.h"
 #include "common/net/metrics.h"
-#include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
 
@@ -60,13 +58,29 @@ struct BatchSchedulerOptions {
   MetricsRegistry* metrics = nullptr;
 };
 
+// Why a sequence ended; kNone on every batch of tokens but the last. The
+// Decode stream maps it to the wire's FinishReason.
+enum class FinishReason { kNone = 0, kLength = 1, kEos = 2 };
+
+// The scheduler's load, for the router's GetLoad and the metrics.
+struct SchedulerLoad {
+  int64_t active_sequences = 0;  // admitted, not yet finished
+  int64_t queued_requests = 0;   // admitted, not yet running
+  int64_t kv_bytes_used = 0;     // reserved
+  int64_t kv_bytes_free = 0;     // still admissible under the budget
+  int64_t kv_bytes_allocated = 0;
+  int64_t last_batch_size = 0;
+  int64_t max_batch_size = 0;
+  int64_t decode_steps = 0;
+};
+
 // Where a sequence's tokens go. Called on the scheduler thread: must not
 // block (the Decode reactor queues).
 class TokenSink {
  public:
   virtual ~TokenSink() = default;
   // New tokens; `finish` is set on the last call.
-  virtual void OnTokens(const std::vector<uint32_t>& ids, pdserve::v1::FinishReason finish) = 0;
+  virtual void OnTokens(const std::vector<uint32_t>& ids, FinishReason finish) = 0;
   // The request failed (hand-off rejected, engine error, timeout).
   virtual void OnError(const absl::Status& status) = 0;
 };
@@ -114,23 +128,26 @@ class BatchScheduler final : public KvReceiver {
   // when its id now belongs to another admission.
   void Cancel(const RequestHandle& handle);
 
-  // KvReceiver: sessions accept hand-offs only for admitted requests.
+  // KvReceiver: sessions accept hand-offs only for admitted requests, of
+  // this model, within the KV budget.
   absl::StatusOr<std::unique_ptr<KvReceiveSession>> BeginReceive() override;
+  const ModelConfig& receive_config() const override;
+  KvReceiveLimits receive_limits() const override;
 
   // Load for the router (and the tests' leak checks).
-  internal::v1::GetLoadResponse Load() const;
+  SchedulerLoad Load() const;
+  const std::string& model_fingerprint() const { return options_.model_fingerprint; }
 
   // Bytes a request of this size reserves.
   int64_t ReservationBytes(int64_t prompt_len, int64_t max_new_tokens) const;
 
  private:
   class ReceiveSession;
-  struct ReceiveBuffers;
   struct Entry;
 
   // The session's hooks into the table (under mu_).
   absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,
-                              std::shared_ptr<ReceiveBuffers> buffers, std::shared_ptr<Entry>* out);
+                              std::shared_ptr<KvReceiveBuffers> buffers, std::shared_ptr<Entry>* out);
   void NoteProgress(const std::shared_ptr<Entry>& entry);
   void CompleteHandoff(const std::shared_ptr<Entry>& entry, KvHandoffState state, uint32_t first_token);
   // Emits the first token and lets the sequence join the steps (or ends it).
@@ -150,7 +167,7 @@ class BatchScheduler final : public KvReceiver {
 
   // Series in options_.metrics (or in a private registry when none).
   struct Metrics {
-    Counter* finished[4];  // by FinishReason
+    Counter* finished[3];  // by FinishReason
     Counter* failed;
     Counter* cancelled;
     Counter* admission_rejections;

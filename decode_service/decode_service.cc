@@ -11,6 +11,15 @@ namespace {
 
 using internal::v1::DecodeResponse;
 
+pdserve::v1::FinishReason ToProto(FinishReason finish) {
+  switch (finish) {
+    case FinishReason::kLength: return pdserve::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos: return pdserve::v1::FINISH_REASON_EOS;
+    case FinishReason::kNone: break;
+  }
+  return pdserve::v1::FINISH_REASON_UNSPECIFIED;
+}
+
 // The Decode stream: the scheduler's TokenSink on one side, a QueuedWriter
 // on the other. When the router goes away, the sequence this stream
 // admitted (and only that one) is dropped.
@@ -31,15 +40,15 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
     if (gone) scheduler_->Cancel(handle_);
   }
 
-  void OnTokens(const std::vector<uint32_t>& ids, pdserve::v1::FinishReason finish) override {
+  void OnTokens(const std::vector<uint32_t>& ids, FinishReason finish) override {
     DecodeResponse r;
     for (uint32_t id : ids) r.add_token_ids(id);
-    r.set_finish_reason(finish);
+    r.set_finish_reason(ToProto(finish));
     if (!Send(std::move(r))) {
       CancelAdmission();
       return;
     }
-    if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) Close(grpc::Status::OK);
+    if (finish != FinishReason::kNone) Close(grpc::Status::OK);
   }
 
   void OnError(const absl::Status& status) override {
@@ -117,7 +126,16 @@ grpc::ServerReadReactor<internal::v1::KvChunk>* DecodeService::PushKv(grpc::Call
 grpc::ServerUnaryReactor* DecodeService::GetLoad(grpc::CallbackServerContext* context,
                                                  const internal::v1::GetLoadRequest* request,
                                                  internal::v1::GetLoadResponse* response) {
-  *response = scheduler_->Load();
+  const SchedulerLoad load = scheduler_->Load();
+  response->set_active_sequences(static_cast<uint32_t>(load.active_sequences));
+  response->set_queued_requests(static_cast<uint32_t>(load.queued_requests));
+  response->set_kv_bytes_used(static_cast<uint64_t>(load.kv_bytes_used));
+  response->set_kv_bytes_free(static_cast<uint64_t>(load.kv_bytes_free));
+  response->set_kv_bytes_allocated(static_cast<uint64_t>(load.kv_bytes_allocated));
+  response->set_last_batch_size(static_cast<uint32_t>(load.last_batch_size));
+  response->set_max_batch_size(static_cast<uint32_t>(load.max_batch_size));
+  response->set_decode_steps(static_cast<uint64_t>(load.decode_steps));
+  response->set_model_fingerprint(scheduler_->model_fingerprint());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "common/handoff/kv_wire.h"
 #include "common/net/grpc_status.h"
 #include "common/net/sampling_validation.h"
 #include "common/util/clock.h"
@@ -15,10 +14,6 @@
 namespace pdserve {
 namespace {
 
-
-internal::v1::KvDtype WireDtype(KvDtype d) {
-  return d == KvDtype::kBF16 ? internal::v1::KV_DTYPE_BF16 : internal::v1::KV_DTYPE_F32;
-}
 
 // A failure of the hand-off's decode side, marked for the router.
 absl::Status DecodeSide(absl::Status st) { return MarkFailedSide(std::move(st), "decode"); }
@@ -189,12 +184,12 @@ absl::Status PrefillService::Run(const Job& job) {
   if (ctx->IsCancelled()) return absl::CancelledError("cancelled while queued");
 
   std::vector<int64_t> ids(req.token_ids().begin(), req.token_ids().end());
-  internal::v1::KvHeader header;
-  header.set_request_id(req.request_id());
-  header.set_model_fingerprint(options_.model_fingerprint);
-  header.set_dtype(WireDtype(engine_->options().kv.dtype));
-  header.set_prompt_len(ids.size());
-  *header.mutable_sampling() = req.sampling();
+  const SamplingParams sampling = SamplingFromProto(req.sampling());
+  KvHandoffHeader header;
+  header.request_id = req.request_id();
+  header.layout = KvHandoffLayout::Of(engine_->config(), engine_->options().kv.dtype, options_.model_fingerprint);
+  header.prompt_len = static_cast<int64_t>(ids.size());
+  header.sampling = sampling;
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
   absl::StatusOr<std::unique_ptr<KvSendSession>> opened =
       sender_->StartSend(req.decode_address(), std::move(header), deadline);
@@ -229,7 +224,7 @@ absl::Status PrefillService::Run(const Job& job) {
   int64_t prefill_ns = 0;
   uint32_t first = 0;
   if (logits.ok()) {
-    first = static_cast<uint32_t>(engine_->Sample(*logits, SamplingFromProto(req.sampling()), 0));
+    first = static_cast<uint32_t>(engine_->Sample(*logits, sampling, 0));
     prefill_ns = NowNs() - t0;
     stats = session->CommitSend(first);
   } else {

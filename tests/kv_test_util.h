@@ -1,5 +1,6 @@
 // Shared by the KV hand-off transfer tests: a test KvReceiver whose
-// sessions feed a KvChunkDecoder and record what arrived, a DecodeWorker
+// sessions record what the transport delivered (header, progress, the
+// checked K/V and first token, aborts), a DecodeWorker
 // service that serves it over gRPC (and NcclConnect, through an optional
 // NcclKvReceiver), and helpers that build and run one hand-off.
 #pragma once
@@ -21,12 +22,11 @@
 #include "common/handoff/kv_transfer.h"
 #include "common/handoff/kv_wire.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "tests/test_util.h"
 
 namespace pdserve::testing {
 
 using internal::v1::KvChunk;
-using internal::v1::KvDtype;
-using internal::v1::KvHeader;
 using internal::v1::PushKvResponse;
 
 inline constexpr int64_t kPromptLen = 13;  // > window 8: windowed layers carry 8 rows, global ones 13
@@ -42,15 +42,13 @@ inline bool HasSubstr(const absl::Status& st, const std::string& s) {
 // caller's for in-process, a gRPC reactor thread for gRPC), read by the test.
 struct SessionLog {
   mutable absl::Mutex mu;
-  int64_t chunks = 0;  // chunks accepted by the decoder (header, data, commit)
+  int64_t chunks = 0;  // chunks delivered to the session (header, data, progress, commit)
   int finish_calls = 0;
   int abort_calls = 0;
-  absl::Status finish_status;  // FinishReceive's result
   absl::Status abort_status;   // AbortReceive's argument
-  absl::Status first_reject;   // the first ReceiveChunk error
   std::optional<KvHandoffState> state;
   uint32_t first_token = 0;
-  KvHeader header;
+  KvHandoffHeader header;
   int64_t received_bytes = 0;
   bool destroyed = false;
 
@@ -58,53 +56,46 @@ struct SessionLog {
   struct View {
     int64_t chunks;
     int finish_calls, abort_calls;
-    absl::Status finish_status, abort_status, first_reject;
+    absl::Status abort_status;
     std::optional<KvHandoffState> state;
     uint32_t first_token;
-    KvHeader header;
+    KvHandoffHeader header;
     int64_t received_bytes;
     bool destroyed;
   };
   View Get() const {
     absl::MutexLock lock(&mu);
-    return View{chunks,       finish_calls, abort_calls, finish_status,  abort_status, first_reject,
-                state,        first_token,  header,      received_bytes, destroyed};
+    return View{chunks, finish_calls, abort_calls, abort_status, state, first_token, header, received_bytes, destroyed};
   }
 };
 
 class TestReceiveSession final : public KvReceiveSession {
  public:
-  TestReceiveSession(const ModelConfig& config, KvReceiveLimits limits, std::shared_ptr<SessionLog> log)
-      : decoder_(config, std::move(limits)), log_(std::move(log)) {}
+  explicit TestReceiveSession(std::shared_ptr<SessionLog> log) : log_(std::move(log)) {}
   ~TestReceiveSession() override {
     absl::MutexLock lock(&log_->mu);
     log_->destroyed = true;
   }
 
-  absl::Status ReceiveChunk(const KvChunk& chunk) override {
-    absl::Status st = decoder_.Accept(chunk);
+  absl::Status ReceiveHeader(const KvHandoffHeader& header, std::shared_ptr<KvReceiveBuffers> buffers) override {
     absl::MutexLock lock(&log_->mu);
-    if (st.ok()) {
-      ++log_->chunks;
-    } else if (log_->first_reject.ok()) {
-      log_->first_reject = st;
-    }
-    return st;
+    ++log_->chunks;
+    log_->header = header;
+    return absl::OkStatus();
   }
 
-  absl::StatusOr<PushKvResponse> FinishReceive() override {
-    absl::StatusOr<KvHandoffState> s = decoder_.Finish();
+  void ReceiveProgress() override {
+    absl::MutexLock lock(&log_->mu);
+    ++log_->chunks;
+  }
+
+  absl::StatusOr<KvHandoffAck> FinishReceive(KvHandoffState state, uint32_t first_token) override {
     absl::MutexLock lock(&log_->mu);
     ++log_->finish_calls;
-    log_->finish_status = s.status();
-    if (!s.ok()) return s.status();
-    log_->state = std::move(*s);
-    log_->first_token = decoder_.first_token();
-    log_->header = decoder_.header();
-    log_->received_bytes = decoder_.received_bytes();
-    PushKvResponse ack;
-    ack.set_received_bytes(static_cast<uint64_t>(decoder_.received_bytes()));
-    return ack;
+    log_->received_bytes = state.Bytes();
+    log_->state = std::move(state);
+    log_->first_token = first_token;
+    return KvHandoffAck{log_->received_bytes};
   }
 
   void AbortReceive(const absl::Status& why) override {
@@ -114,7 +105,6 @@ class TestReceiveSession final : public KvReceiveSession {
   }
 
  private:
-  KvChunkDecoder decoder_;
   std::shared_ptr<SessionLog> log_;
 };
 
@@ -127,7 +117,12 @@ class TestReceiver final : public KvReceiver {
     if (!begin_status_.ok()) return begin_status_;
     auto log = std::make_shared<SessionLog>();
     logs_.push_back(log);
-    return std::unique_ptr<KvReceiveSession>(new TestReceiveSession(config_, limits_, log));
+    return std::unique_ptr<KvReceiveSession>(new TestReceiveSession(log));
+  }
+  const ModelConfig& receive_config() const override { return config_; }
+  KvReceiveLimits receive_limits() const override {
+    absl::MutexLock lock(&mu_);
+    return limits_;
   }
 
   void set_limits(KvReceiveLimits limits) {
@@ -193,19 +188,22 @@ class TestDecodeService final : public internal::v1::DecodeWorker::CallbackServi
 
 // ---- Hand-off helpers ----
 
-inline at::ScalarType ScalarOf(KvDtype d) { return d == internal::v1::KV_DTYPE_BF16 ? at::kBFloat16 : at::kFloat; }
+inline at::ScalarType ScalarOf(KvDtype d) { return d == KvDtype::kBF16 ? at::kBFloat16 : at::kFloat; }
 
-inline KvHeader MakeHeader(KvDtype dtype, const std::string& request_id = "req-1", int64_t prompt_len = kPromptLen) {
-  KvHeader h;
-  h.set_request_id(request_id);
-  h.set_model_fingerprint(kFingerprint);
-  h.set_dtype(dtype);
-  h.set_prompt_len(static_cast<uint64_t>(prompt_len));
-  h.mutable_sampling()->set_temperature(0.5f);
-  h.mutable_sampling()->set_seed(1234);
-  h.mutable_sampling()->set_max_new_tokens(9);
+// A header as the prefill worker sends it (the transport fills total_bytes).
+inline KvHandoffHeader MakeHeader(KvDtype dtype, const std::string& request_id = "req-1",
+                                  int64_t prompt_len = kPromptLen) {
+  KvHandoffHeader h;
+  h.request_id = request_id;
+  h.layout = KvHandoffLayout::Of(TinyConfig(), dtype, kFingerprint);
+  h.prompt_len = prompt_len;
+  h.sampling.temperature = 0.5f;
+  h.sampling.seed = 1234;
   return h;
 }
+
+// The same on the wire, for tests that drive KvChunkEncoder themselves.
+inline internal::v1::KvHeader MakeWireHeader(KvDtype dtype) { return KvHeaderToWire(MakeHeader(dtype)); }
 
 inline KvHandoffState MakeState(const ModelConfig& config, KvDtype dtype, int64_t prompt_len, uint64_t seed) {
   at::manual_seed(seed);
@@ -220,7 +218,7 @@ inline KvHandoffState MakeState(const ModelConfig& config, KvDtype dtype, int64_
 }
 
 inline int64_t ExpectedTotalBytes(const ModelConfig& config, KvDtype dtype, int64_t prompt_len) {
-  const int64_t elem = dtype == internal::v1::KV_DTYPE_BF16 ? 2 : 4;
+  const int64_t elem = dtype == KvDtype::kBF16 ? 2 : 4;
   int64_t total = 0;
   for (int64_t l = 0; l < config.n_layers; ++l) {
     total += 2 * HandoffRows(config, l, prompt_len) * config.n_kv_heads * config.head_dim * elem;
@@ -234,7 +232,7 @@ struct HandoffResult {
   KvTransferStats stats;
 };
 
-inline HandoffResult RunHandoff(KvSender& sender, const std::string& address, const KvHeader& header,
+inline HandoffResult RunHandoff(KvSender& sender, const std::string& address, const KvHandoffHeader& header,
                                 const KvHandoffState& state, uint32_t first_token, absl::Time deadline) {
   auto session = sender.StartSend(address, header, deadline);
   if (!session.ok()) return {session.status(), "StartSend", {}};

@@ -11,6 +11,36 @@ namespace {
 
 using internal::v1::KvChunk;
 
+// The domain header (kv_transfer.h) survives the wire, sampling included.
+TEST(KvHeaderWireTest, DomainHeaderRoundTrips) {
+  KvHandoffHeader h;
+  h.request_id = "r-7";
+  h.layout = KvHandoffLayout::Of(testing::TinyConfig(), KvDtype::kBF16, "fp-B");
+  h.prompt_len = 21;
+  h.sampling = SamplingParams{0.7f, 0.9f, 40, 99};
+  h.total_bytes = 1234;
+  const internal::v1::KvHeader wire = KvHeaderToWire(h);
+  EXPECT_EQ(wire.dtype(), internal::v1::KV_DTYPE_BF16);
+  EXPECT_EQ(wire.n_layers(), static_cast<uint32_t>(testing::TinyConfig().n_layers));
+  const KvHandoffHeader back = KvHeaderFromWire(wire);
+  EXPECT_EQ(back.request_id, "r-7");
+  EXPECT_EQ(back.layout.model_fingerprint, "fp-B");
+  EXPECT_EQ(back.layout.dtype, KvDtype::kBF16);
+  EXPECT_EQ(back.layout.n_layers, h.layout.n_layers);
+  EXPECT_EQ(back.layout.window, h.layout.window);
+  EXPECT_EQ(back.layout.n_kv_heads, h.layout.n_kv_heads);
+  EXPECT_EQ(back.layout.head_dim, h.layout.head_dim);
+  EXPECT_EQ(back.prompt_len, 21);
+  EXPECT_EQ(back.total_bytes, 1234);
+  EXPECT_FLOAT_EQ(back.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(back.sampling.top_p, 0.9f);
+  EXPECT_EQ(back.sampling.top_k, 40);
+  EXPECT_EQ(back.sampling.seed, 99u);
+  // Rows per layer: windowed (even) layers hold at most `window`.
+  EXPECT_EQ(back.layout.Rows(0, 21), std::min<int64_t>(21, h.layout.window));
+  EXPECT_EQ(back.layout.Rows(1, 21), 21);
+}
+
 TEST(Crc32cTest, KnownValue) {
   EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
   EXPECT_EQ(Crc32c("6789", 4, Crc32c("12345", 5)), 0xE3069283u);

@@ -4,14 +4,9 @@
 
 #include <cstdint>
 
-namespace pdserve {
+#include "common/model/sampling_params.h"
 
-struct SamplingParams {
-  float temperature = 0.0f;  // <= 0: greedy
-  float top_p = 1.0f;        // 0 or >= 1 keeps all
-  int64_t top_k = 0;         // 0: no limit
-  uint64_t seed = 0;
-};
+namespace pdserve {
 
 // splitmix64 finaliser (mod 2^64).
 uint64_t SplitMix64(uint64_t x);

@@ -42,11 +42,11 @@ absl::StatusOr<KvTransferStats> ChunkedSendSession::CommitSend(uint32_t first_to
   std::vector<internal::v1::KvChunk> one;
   one.push_back(std::move(commit));
   RETURN_IF_ERROR(Deliver(std::move(one)));
-  ASSIGN_OR_RETURN(internal::v1::PushKvResponse ack, AwaitAck());
+  ASSIGN_OR_RETURN(KvHandoffAck ack, AwaitAck());
   finished_ = true;
   const int64_t end = NowNs();
-  if (static_cast<int64_t>(ack.received_bytes()) != stats_.bytes) {
-    return absl::DataLossError(absl::StrCat("decode worker acknowledged ", ack.received_bytes(), " of ",
+  if (ack.received_bytes != stats_.bytes) {
+    return absl::DataLossError(absl::StrCat("decode worker acknowledged ", ack.received_bytes, " of ",
                                             stats_.bytes, " hand-off bytes"));
   }
   stats_.elapsed_ns = end - start_ns_;

@@ -1,6 +1,7 @@
 // The transport-neutral half of a KvSendSession: encoding layers into
 // chunks, ordering, and the timing of KvTransferStats. Transports implement
-// Deliver (hand chunks to the wire) and AwaitAck.
+// Deliver (hand chunks to the wire) and AwaitAck, and translate the
+// domain header to the wire's (KvHeaderToWire) in their StartSend.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,7 @@ class ChunkedSendSession : public KvSendSession {
   // it has one.
   virtual absl::Status Deliver(std::vector<internal::v1::KvChunk> chunks) = 0;
   // Waits for the receiver's acknowledgement after the last chunk.
-  virtual absl::StatusOr<internal::v1::PushKvResponse> AwaitAck() = 0;
+  virtual absl::StatusOr<KvHandoffAck> AwaitAck() = 0;
 
   bool finished() const { return finished_; }
 

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/handoff/chunk_receive_session.h"
 #include "common/net/grpc_status.h"
 
 namespace pdserve {
@@ -15,7 +16,7 @@ class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
   PushKvReactor(grpc::CallbackServerContext* context, KvReceiver* receiver, internal::v1::PushKvResponse* response,
                 NcclKvReceiver* nccl)
       : context_(context), response_(response), nccl_(nccl) {
-    auto session = receiver->BeginReceive();
+    auto session = ChunkReceiveSession::Begin(receiver);
     if (!session.ok()) {
       Finish(ToGrpcStatus(session.status()));
       return;
@@ -41,7 +42,7 @@ class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
         Fail(ack.status(), ToGrpcStatus(ack.status()));
         return;
       }
-      *response_ = *ack;
+      response_->set_received_bytes(static_cast<uint64_t>(ack->received_bytes));
       Finish(grpc::Status::OK);
       return;
     }
@@ -115,7 +116,7 @@ class PushKvReactor final : public grpc::ServerReadReactor<KvChunk> {
   grpc::CallbackServerContext* context_;
   internal::v1::PushKvResponse* response_;
   NcclKvReceiver* nccl_;
-  std::unique_ptr<KvReceiveSession> session_;
+  std::unique_ptr<ChunkReceiveSession> session_;
   KvChunk chunk_;
   std::mutex mu_;        // OnCancel runs on any thread
   std::string comm_id_;  // the header's communicator, once accepted

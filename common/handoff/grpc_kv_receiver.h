@@ -11,7 +11,8 @@
 
 namespace pdserve {
 
-// Reads chunks into a session from `receiver`. On a rejected chunk it
+// Reads chunks into a session from `receiver` (through a
+// ChunkReceiveSession, which checks them). On a rejected chunk it
 // aborts the session and finishes the call with the session's status; on a
 // broken or cancelled stream it aborts the session. Data chunks whose
 // payload travels over NCCL are received through `nccl` off the reactor

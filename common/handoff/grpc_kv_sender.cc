@@ -61,7 +61,7 @@ absl::Status GrpcSendSession::Deliver(std::vector<KvChunk> chunks) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<internal::v1::PushKvResponse> GrpcSendSession::AwaitAck() {
+absl::StatusOr<KvHandoffAck> GrpcSendSession::AwaitAck() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     closing_ = true;
@@ -69,7 +69,7 @@ absl::StatusOr<internal::v1::PushKvResponse> GrpcSendSession::AwaitAck() {
   cv_.notify_all();
   thread_.join();
   RETURN_IF_ERROR(status_);
-  return ack_;
+  return KvHandoffAck{static_cast<int64_t>(ack_.received_bytes())};
 }
 
 bool GrpcSendSession::WriteChunk(KvChunk& chunk, absl::Status* local_error) { return WriteToStream(chunk); }
@@ -143,9 +143,9 @@ class GrpcKvSender final : public KvSender {
   GrpcKvSender(const ModelConfig& config, const KvSenderOptions& options) : config_(config), options_(options) {}
 
   absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
-                                                           internal::v1::KvHeader header,
+                                                           KvHandoffHeader header,
                                                            absl::Time deadline) override {
-    auto session = std::make_unique<GrpcSendSession>(config_, std::move(header), options_,
+    auto session = std::make_unique<GrpcSendSession>(config_, KvHeaderToWire(header), options_,
                                                      channels_.Get(decode_address), deadline, decode_address);
     RETURN_IF_ERROR(session->Start());
     return session;

@@ -36,7 +36,7 @@ class GrpcSendSession : public ChunkedSendSession {
 
  protected:
   absl::Status Deliver(std::vector<internal::v1::KvChunk> chunks) override;
-  absl::StatusOr<internal::v1::PushKvResponse> AwaitAck() override;
+  absl::StatusOr<KvHandoffAck> AwaitAck() override;
 
   // Writes one chunk, on the writer thread. Returns false when the stream
   // broke (the call's status says why) or, with *local_error set, when the

@@ -1,9 +1,10 @@
 // The in-process transport: chunks go straight into the decode worker's
-// KvReceiveSession on the caller's thread. Same chunks, same validation as
-// gRPC, no copies through a socket.
+// session (through a ChunkReceiveSession) on the caller's thread. Same
+// chunks, same validation as gRPC, no copies through a socket.
 #include "common/handoff/kv_transports.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/handoff/chunk_receive_session.h"
 #include "common/handoff/chunked_send_session.h"
 #include "common/util/status_macros.h"
 
@@ -13,7 +14,7 @@ namespace {
 class InProcessSendSession final : public ChunkedSendSession {
  public:
   InProcessSendSession(const ModelConfig& config, internal::v1::KvHeader header, int64_t max_chunk_bytes,
-                       std::unique_ptr<KvReceiveSession> receiver)
+                       std::unique_ptr<ChunkReceiveSession> receiver)
       : ChunkedSendSession(config, std::move(header), max_chunk_bytes), receiver_(std::move(receiver)) {}
 
   ~InProcessSendSession() override { CancelSend(); }
@@ -42,7 +43,7 @@ class InProcessSendSession final : public ChunkedSendSession {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<internal::v1::PushKvResponse> AwaitAck() override {
+  absl::StatusOr<KvHandoffAck> AwaitAck() override {
     RETURN_IF_ERROR(error_);
     auto ack = receiver_->FinishReceive();
     if (!ack.ok()) error_ = ack.status();
@@ -50,7 +51,7 @@ class InProcessSendSession final : public ChunkedSendSession {
   }
 
  private:
-  std::unique_ptr<KvReceiveSession> receiver_;
+  std::unique_ptr<ChunkReceiveSession> receiver_;
   absl::Status error_;
 };
 
@@ -62,14 +63,14 @@ class InProcessKvSender final : public KvSender {
         registry_(options.registry != nullptr ? options.registry : &InProcessKvRegistry::Global()) {}
 
   absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
-                                                            internal::v1::KvHeader header,
+                                                            KvHandoffHeader header,
                                                             absl::Time deadline) override {
     KvReceiver* receiver = registry_->Find(decode_address);
     if (receiver == nullptr) {
       return absl::UnavailableError(absl::StrCat("no decode worker at ", decode_address, " in this process"));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<KvReceiveSession> rs, receiver->BeginReceive());
-    auto session = std::make_unique<InProcessSendSession>(config_, std::move(header), options_.max_chunk_bytes,
+    ASSIGN_OR_RETURN(std::unique_ptr<ChunkReceiveSession> rs, ChunkReceiveSession::Begin(receiver));
+    auto session = std::make_unique<InProcessSendSession>(config_, KvHeaderToWire(header), options_.max_chunk_bytes,
                                                           std::move(rs));
     RETURN_IF_ERROR(session->Start());
     return session;

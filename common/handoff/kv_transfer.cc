@@ -1,9 +1,26 @@
 #include "common/handoff/kv_transfer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/handoff/kv_transports.h"
 
 namespace pdserve {
+
+KvHandoffLayout KvHandoffLayout::Of(const ModelConfig& config, KvDtype dtype, std::string model_fingerprint) {
+  KvHandoffLayout l;
+  l.model_fingerprint = std::move(model_fingerprint);
+  l.n_layers = config.n_layers;
+  l.window = config.window;
+  l.n_kv_heads = config.n_kv_heads;
+  l.head_dim = config.head_dim;
+  l.dtype = dtype;
+  return l;
+}
+
+int64_t KvHandoffLayout::Rows(int64_t layer, int64_t prompt_len) const {
+  return ModelConfig::IsWindowed(layer) ? std::min(prompt_len, window) : prompt_len;
+}
 
 absl::StatusOr<KvTransport> ParseKvTransport(const std::string& name) {
   if (name == "grpc") return KvTransport::kGrpc;

@@ -9,8 +9,11 @@
 //               falls back to gRPC.
 // Method names say which side acts: the prefill worker calls KvSender /
 // KvSendSession, the transport calls the decode worker's KvReceiver /
-// KvReceiveSession. Both sides move the chunks of kv_wire.h, so every
-// transport gets the same validation.
+// KvReceiveSession. Both speak domain types (KvHandoffHeader, the layers'
+// tensors, KvHandoffAck), like TensorRT-LLM's cache transceiver; each
+// transport translates at its edge, and all of them move the chunks of
+// kv_wire.h (chunked_send_session.h, chunk_receive_session.h), so every
+// transport validates the same way.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +26,69 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/kv/handoff_state.h"
+#include "common/kv/mixed_kv_cache.h"
 #include "common/model/config.h"
-#include "pdserve/internal/v1/worker.pb.h"
+#include "common/model/sampling_params.h"
 
 namespace pdserve {
+
+inline constexpr int64_t kMaxKvChunkBytes = 4 << 20;
+
+// ---- What a hand-off carries (the transports translate it to their wire) ----
+
+// The K/V layout both sides must agree on: the model (by fingerprint) and
+// the cache's shape. Even layers are windowed (ModelConfig::IsWindowed).
+struct KvHandoffLayout {
+  std::string model_fingerprint;
+  int64_t n_layers = 0;
+  int64_t window = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  KvDtype dtype = KvDtype::kF32;
+
+  // `config`'s layout, for K/V in `dtype`.
+  static KvHandoffLayout Of(const ModelConfig& config, KvDtype dtype, std::string model_fingerprint);
+  // Rows layer `layer` carries for a prompt of `prompt_len` tokens.
+  int64_t Rows(int64_t layer, int64_t prompt_len) const;
+};
+
+// Opens a hand-off: which request, what it carries, and how the decode
+// side goes on sampling.
+struct KvHandoffHeader {
+  std::string request_id;
+  KvHandoffLayout layout;
+  int64_t prompt_len = 0;
+  SamplingParams sampling;
+  // The payload's size: filled in by the sending transport; on the
+  // receiving side, as the sender declared it.
+  int64_t total_bytes = 0;
+};
+
+// The receiver's acknowledgement: it owns the K/V now.
+struct KvHandoffAck {
+  int64_t received_bytes = 0;
+};
+
+// What a receiver accepts (every transport checks each chunk against it,
+// kv_wire.h).
+struct KvReceiveLimits {
+  std::string model_fingerprint;  // must match the header's
+  int64_t max_prompt_len = 131072;
+  int64_t max_total_bytes = int64_t{8} << 30;
+  int64_t max_chunk_bytes = kMaxKvChunkBytes;
+};
+
+// What an incoming hand-off holds while it arrives (the K/V received so
+// far). The transport fills it; the receiver may drop it when its request
+// ends first, so that the memory goes at once even while the sender
+// stalls; the stream's next chunk then fails with `why`. Thread-safe.
+// Lock order: the receiver's own lock, then this one.
+class KvReceiveBuffers {
+ public:
+  virtual ~KvReceiveBuffers() = default;
+  virtual void Drop(const absl::Status& why) = 0;
+};
 
 // What one hand-off cost, as the sender saw it.
 struct KvTransferStats {
@@ -43,21 +105,27 @@ struct KvTransferStats {
 
 // ---- Receiving side (implemented by the decode worker) ----
 
-// One incoming hand-off. The transport calls ReceiveChunk for every chunk in
-// arrival order, then exactly one of FinishReceive (the sender closed the
-// stream) or AbortReceive (it broke). The session must free everything it
-// holds on either. KvProgress chunks may come between any two chunks after
-// the header; they carry no K/V and are not in the seq order.
+// One incoming hand-off, in domain terms: the transport decodes and checks
+// the chunks (the same way for every transport, kv_wire.h) and calls
+// ReceiveHeader first, ReceiveProgress for every later chunk, then exactly
+// one of FinishReceive (complete and valid) or AbortReceive (rejected or
+// broken). The session must free everything it holds on either.
 class KvReceiveSession {
  public:
   virtual ~KvReceiveSession() = default;
-  // FailedPrecondition (bad chunk, wrong model), ResourceExhausted (no room)
-  // or NotFound (no admitted request): the transport stops and reports it to
-  // the sender.
-  virtual absl::Status ReceiveChunk(const internal::v1::KvChunk& chunk) = 0;
-  // The acknowledgement, after which the receiver owns the K/V; an error
-  // when the stream was incomplete.
-  virtual absl::StatusOr<internal::v1::PushKvResponse> FinishReceive() = 0;
+  // Binds the hand-off to its request. `header` is as the sender declared
+  // it: the transport checks it against this receiver's model and limits
+  // right after, and aborts the session when it fails. NotFound (no
+  // admitted request) or FailedPrecondition (it does not fit the
+  // admission): the transport stops and reports it to the sender.
+  // `buffers`: what the hand-off holds, for the receiver to drop.
+  virtual absl::Status ReceiveHeader(const KvHandoffHeader& header, std::shared_ptr<KvReceiveBuffers> buffers) = 0;
+  // A later chunk arrived (data, progress or the commit): the sender is
+  // alive.
+  virtual void ReceiveProgress() = 0;
+  // The complete K/V and the first token; the receiver owns them after its
+  // acknowledgement.
+  virtual absl::StatusOr<KvHandoffAck> FinishReceive(KvHandoffState state, uint32_t first_token) = 0;
   virtual void AbortReceive(const absl::Status& why) = 0;
 };
 
@@ -66,6 +134,9 @@ class KvReceiver {
   virtual ~KvReceiver() = default;
   // A session for one incoming stream. Unavailable when shutting down.
   virtual absl::StatusOr<std::unique_ptr<KvReceiveSession>> BeginReceive() = 0;
+  // What every chunk of a hand-off is checked against.
+  virtual const ModelConfig& receive_config() const = 0;
+  virtual KvReceiveLimits receive_limits() const = 0;
 };
 
 // ---- Sending side (used by the prefill worker) ----
@@ -96,11 +167,10 @@ class KvSender {
  public:
   virtual ~KvSender() = default;
   // Opens a hand-off to the decode worker at `decode_address` and sends the
-  // header (request id, fingerprint, dtype, prompt_len, sampling; sizes are
-  // filled in from the config). Unavailable when the address is unknown or
-  // unreachable.
+  // header (request id, layout, prompt_len, sampling; total_bytes is filled
+  // in). Unavailable when the address is unknown or unreachable.
   virtual absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
-                                                                    internal::v1::KvHeader header,
+                                                                    KvHandoffHeader header,
                                                                     absl::Time deadline) = 0;
 };
 

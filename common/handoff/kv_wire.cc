@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/handoff/crc32c.h"
+#include "common/net/sampling_validation.h"
 #include "common/util/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -47,12 +48,38 @@ absl::Status Reject(const std::string& why) { return absl::FailedPreconditionErr
 
 }  // namespace
 
-SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p) {
-  return SamplingParams{p.temperature(), p.top_p(), static_cast<int64_t>(p.top_k()), p.seed()};
-}
-
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len) {
   return ModelConfig::IsWindowed(layer) ? std::min(prompt_len, config.window) : prompt_len;
+}
+
+KvHeader KvHeaderToWire(const KvHandoffHeader& h) {
+  KvHeader w;
+  w.set_request_id(h.request_id);
+  w.set_model_fingerprint(h.layout.model_fingerprint);
+  w.set_dtype(h.layout.dtype == KvDtype::kBF16 ? internal::v1::KV_DTYPE_BF16 : internal::v1::KV_DTYPE_F32);
+  w.set_prompt_len(static_cast<uint64_t>(h.prompt_len));
+  *w.mutable_sampling() = SamplingToProto(h.sampling);
+  w.set_n_layers(static_cast<uint32_t>(h.layout.n_layers));
+  w.set_window(static_cast<uint32_t>(h.layout.window));
+  w.set_n_kv_heads(static_cast<uint32_t>(h.layout.n_kv_heads));
+  w.set_head_dim(static_cast<uint32_t>(h.layout.head_dim));
+  w.set_total_bytes(static_cast<uint64_t>(h.total_bytes));
+  return w;
+}
+
+KvHandoffHeader KvHeaderFromWire(const KvHeader& w) {
+  KvHandoffHeader h;
+  h.request_id = w.request_id();
+  h.layout.model_fingerprint = w.model_fingerprint();
+  h.layout.n_layers = w.n_layers();
+  h.layout.window = w.window();
+  h.layout.n_kv_heads = w.n_kv_heads();
+  h.layout.head_dim = w.head_dim();
+  h.layout.dtype = w.dtype() == internal::v1::KV_DTYPE_BF16 ? KvDtype::kBF16 : KvDtype::kF32;
+  h.prompt_len = static_cast<int64_t>(w.prompt_len());
+  h.sampling = SamplingFromProto(w.sampling());
+  h.total_bytes = static_cast<int64_t>(w.total_bytes());
+  return h;
 }
 
 KvChunkEncoder::KvChunkEncoder(const ModelConfig& config, KvHeader header, int64_t max_chunk_bytes)

@@ -3,8 +3,9 @@
 // (pdserve.internal.v1.KvChunk), and the receiving side that validates every
 // declared size before it allocates anything.
 //
-// Transport-neutral: the gRPC and in-process hand-offs both move these
-// chunks.
+// Transport-neutral: the gRPC, NCCL and in-process hand-offs all move these
+// chunks. Also the header's translation between the domain
+// (KvHandoffHeader, kv_transfer.h) and the wire.
 #pragma once
 
 #include <cstdint>
@@ -14,20 +15,21 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "common/engine/sampler.h"
+#include "common/handoff/kv_transfer.h"
 #include "common/kv/handoff_state.h"
 #include "common/model/config.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
 
-inline constexpr int64_t kMaxKvChunkBytes = 4 << 20;
-
-// The engine's sampling parameters from the wire's.
-SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p);
-
 // Rows a layer carries for a prompt of `prompt_len` tokens.
 int64_t HandoffRows(const ModelConfig& config, int64_t layer, int64_t prompt_len);
+
+// The header on the wire and back. FromWire takes the sender's values as
+// they are (KvChunkDecoder checks them); a dtype this build does not know
+// reads as kF32, and the decoder rejects it.
+internal::v1::KvHeader KvHeaderToWire(const KvHandoffHeader& header);
+KvHandoffHeader KvHeaderFromWire(const internal::v1::KvHeader& header);
 
 // Sender side. Fills in the header's sizes (n_chunks, total_bytes, model
 // dims) from `config`, so callers set only request id, fingerprint, dtype,
@@ -55,14 +57,6 @@ class KvChunkEncoder {
   int64_t max_chunk_bytes_;
   uint32_t next_seq_ = 1;
   int64_t next_layer_ = 0;
-};
-
-// What a receiver accepts.
-struct KvReceiveLimits {
-  std::string model_fingerprint;  // must match the header's
-  int64_t max_prompt_len = 131072;
-  int64_t max_total_bytes = int64_t{8} << 30;
-  int64_t max_chunk_bytes = kMaxKvChunkBytes;
 };
 
 // Receiver side: Accept() chunks in order, then Finish().

@@ -113,8 +113,9 @@ class NcclKvSender final : public KvSender {
       : config_(config), options_(options), sender_id_(MakeSenderId()) {}
 
   absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
-                                                           internal::v1::KvHeader header,
+                                                           KvHandoffHeader domain_header,
                                                            absl::Time deadline) override {
+    internal::v1::KvHeader header = KvHeaderToWire(domain_header);
     std::shared_ptr<NcclPair> pair = Pair(decode_address);
     std::unique_ptr<GrpcSendSession> session;
     // A pair busy with another hand-off: this one goes over gRPC rather

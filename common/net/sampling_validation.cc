@@ -17,4 +17,17 @@ absl::Status ValidateSampling(const pdserve::v1::SamplingParams& s, absl::string
   return absl::OkStatus();
 }
 
+SamplingParams SamplingFromProto(const pdserve::v1::SamplingParams& p) {
+  return SamplingParams{p.temperature(), p.top_p(), static_cast<int64_t>(p.top_k()), p.seed()};
+}
+
+pdserve::v1::SamplingParams SamplingToProto(const SamplingParams& s) {
+  pdserve::v1::SamplingParams p;
+  p.set_temperature(s.temperature);
+  p.set_top_p(s.top_p);
+  p.set_top_k(static_cast<decltype(p.top_k())>(s.top_k));
+  p.set_seed(s.seed);
+  return p;
+}
+
 }  // namespace pdserve

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
 #include "common/handoff/kv_wire.h"
+#include "common/net/sampling_validation.h"
 #include "common/model/cache_layout.h"
 #include "common/model/checkpoint.h"
 #include "tests/e2e/e2e_model.h"
