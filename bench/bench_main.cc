@@ -25,11 +25,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/finish_reason.h"
+#include "common/cli/progress.h"
 #include "common/cli/usage_json.h"
 #include "bench/load_gen.h"
 #include "common/net/grpc_status.h"
@@ -104,13 +105,6 @@ struct Record {
   std::optional<pdserve::v1::Usage> usage;
 };
 
-std::string FinishReasonName(int reason) {
-  const std::string& full = pdserve::v1::FinishReason_Name(reason);
-  if (full.empty()) return absl::StrCat(reason);
-  const std::string prefix = "FINISH_REASON_";
-  return absl::AsciiStrToLower(full.compare(0, prefix.size(), prefix) == 0 ? full.substr(prefix.size()) : full);
-}
-
 double MsSince(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
@@ -152,7 +146,7 @@ void RunRequest(pdserve::v1::Generator::Stub* stub, const Options& opt, Clock::t
     }
     if (resp.has_usage()) r->usage = resp.usage();
     if (resp.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
-      r->finish_reason = FinishReasonName(resp.finish_reason());
+      r->finish_reason = pdserve::FinishReasonName(resp.finish_reason());
     }
   }
   const grpc::Status status = reader->Finish();
@@ -164,19 +158,9 @@ void RunRequest(pdserve::v1::Generator::Stub* stub, const Options& opt, Clock::t
   }
 }
 
-std::string FormatSeconds(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const int64_t total = static_cast<int64_t>(s + 0.5);
-  if (total >= 3600) return absl::StrFormat("%dh%02dm", total / 3600, (total / 60) % 60);
-  if (total >= 60) return absl::StrFormat("%dm%02ds", total / 60, total % 60);
-  return absl::StrFormat("%ds", total);
-}
-
 std::string ProgressLine(const char* what, size_t done, size_t failed, size_t total, double elapsed_s) {
-  const double rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0;
-  const std::string eta = done == 0 ? "?" : FormatSeconds(static_cast<double>(total - done) / rate);
-  return absl::StrFormat("pdserve-bench: %s %d/%d requests (%d failed), %.2f req/s, elapsed %s, ETA %s", what, done,
-                         total, failed, rate, FormatSeconds(elapsed_s), eta);
+  return absl::StrFormat("pdserve-bench: %s %d/%d requests (%d failed), %s", what, done, total, failed,
+                         pdserve::ProgressStats(done, total, elapsed_s, "req"));
 }
 
 // Runs `records` against the router: record i is released at arrivals[i]
@@ -229,26 +213,10 @@ double RunPhase(pdserve::v1::Generator::Stub* stub, const Options& opt, const ch
     work_cv.notify_all();  // idle workers see released == n and leave
   });
 
-  // Progress: a line redrawn in place on a terminal; in logs, one every 5 s.
-  const bool tty = isatty(fileno(stderr));
-  const auto period = tty ? std::chrono::milliseconds(250) : std::chrono::milliseconds(5000);
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    Clock::time_point last_print = Clock::now();
-    while (done < n) {
-      done_cv.wait_until(lock, last_print + period);
-      const Clock::time_point now = Clock::now();
-      if (done < n && (tty || now - last_print >= period)) {
-        const double elapsed = std::chrono::duration<double>(now - start).count();
-        std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", ProgressLine(what, done, failed, n, elapsed).c_str());
-        last_print = now;
-      }
-    }
-  }
-  const double duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double duration_s = pdserve::WaitWithProgress(
+      mu, done_cv, done, n, start, [&](size_t d, double elapsed) { return ProgressLine(what, d, failed, n, elapsed); });
   dispatcher.join();
   for (std::thread& w : pool) w.join();
-  std::fprintf(stderr, tty ? "\r%s\033[K\n" : "%s\n", ProgressLine(what, n, failed, n, duration_s).c_str());
   return duration_s;
 }
 

@@ -5,6 +5,9 @@
 // measured step time to a memory-bandwidth floor. Optionally profiles decode
 // steps by ATen op, and times each weight shape's matrix-vector product alone
 // (engine vs at::linear vs at::mv). docs/benchmarks.md explains the output.
+// The engine flags (--model, --weights-dtype, --kv-dtype, --threads,
+// --prefill-chunk) are common/engine/engine_flags; the ones here are this
+// benchmark's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
@@ -31,20 +34,17 @@
 #include "absl/strings/str_join.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
+#include "common/engine/engine_flags.h"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
 ABSL_FLAG(std::string, config, "",
           "Model config JSON: build random weights in memory (with --seed) instead of --model.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed for the random weights of --config.");
-ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or bf16.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage: f32 or bf16.");
 ABSL_FLAG(int64_t, prompt_len, 32, "Prompt length in tokens (deterministic ids).");
 ABSL_FLAG(std::string, new_tokens, "64,256,512,1024",
           "Decode lengths to report tokens/s at (one cached run of the largest).");
 ABSL_FLAG(int64_t, no_cache_max, 256, "Tokens to generate with the no-cache loop (quadratic cost).");
 ABSL_FLAG(int64_t, parity_tokens, 32, "Greedy tokens that the cached and no-cache loops must agree on.");
 ABSL_FLAG(std::string, csv_out, "", "Write per-step rows (loop,position,ms,rss_mb) to this CSV file.");
-ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
 ABSL_FLAG(double, bw_gib, 1.0, "Size of the buffer summed to measure read bandwidth, GiB.");
 ABSL_FLAG(int, bw_reps, 5, "Passes over the bandwidth buffer (the best is kept).");
 ABSL_FLAG(double, bw_gbs, 0.0, "Use this read bandwidth (GB/s) instead of measuring it.");
@@ -283,10 +283,9 @@ Options ParseOptions() {
   if (o.model_dir.empty() == o.config_path.empty()) pdserve::Die("give exactly one of --model DIR or --config FILE", 2);
   o.wd = absl::GetFlag(FLAGS_weights_dtype);
   o.kd = absl::GetFlag(FLAGS_kv_dtype);
-  auto weights_dtype = pdserve::ParseWeightsDtype(o.wd);
-  if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
-  auto kv_dtype = pdserve::ParseKvDtype(o.kd);
-  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
+  absl::StatusOr<pdserve::EngineOptions> engine_options = pdserve::EngineOptionsFromCommandLine();
+  if (!engine_options.ok()) pdserve::Die(engine_options.status(), 2);
+  o.eo = *engine_options;
   o.prompt_len = absl::GetFlag(FLAGS_prompt_len);
   o.no_cache_max = absl::GetFlag(FLAGS_no_cache_max);
   o.parity_tokens = absl::GetFlag(FLAGS_parity_tokens);
@@ -303,9 +302,6 @@ Options ParseOptions() {
   std::sort(counts->begin(), counts->end());
   o.counts = *std::move(counts);
   o.max_new = o.counts.back();
-  o.eo.weights_dtype = *weights_dtype;
-  o.eo.kv.dtype = *kv_dtype;
-  o.eo.num_threads = absl::GetFlag(FLAGS_threads);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.csv = absl::GetFlag(FLAGS_csv_out);
   o.bw_gib = absl::GetFlag(FLAGS_bw_gib);

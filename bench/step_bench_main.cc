@@ -4,6 +4,9 @@
 // in the way. Prints ms per step, output tokens/s, the ratio to B = 1, and
 // the weight bytes a step must read at least (every dense weight once, the
 // experts the batch routes to) over the step time: the achieved bandwidth.
+// The engine flags (--model, --weights-dtype, --kv-dtype, --threads,
+// --prefill-chunk) are common/engine/engine_flags, with their defaults
+// (f32 weights: pass --weights-dtype bf16 for the bf16 step).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -19,13 +22,11 @@
 #include "absl/strings/str_format.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
+#include "common/engine/engine_flags.h"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
-ABSL_FLAG(std::string, weights_dtype, "bf16", "Matmul weights in memory: f32 or bf16.");
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
 ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");
 ABSL_FLAG(int64_t, prompt_len, 16, "Prompt tokens of each sequence.");
-ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
 
 namespace {
 
@@ -48,18 +49,16 @@ double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, int64_t ele
 int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
-                   "Usage: pdserve-step-bench --model DIR [--weights-dtype bf16] [--batch-sizes 1,2,4,8,16,32]\n"
+                   "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16] [--batch-sizes 1,2,4,8,16,32]\n"
                    "       [--steps 16] [--prompt-len 16] [--threads 0]");
-  pdserve::EngineOptions eo;
-  auto wd = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_weights_dtype));
-  if (!wd.ok()) pdserve::Die(wd.status(), 2);
-  eo.weights_dtype = *wd;
-  eo.num_threads = absl::GetFlag(FLAGS_threads);
+  auto flags = pdserve::EngineFlagsFromCommandLine();
+  if (!flags.ok()) pdserve::Die(flags.status(), 2);
+  const pdserve::EngineOptions& eo = flags->options;
   auto sizes = pdserve::ParseIdList(absl::GetFlag(FLAGS_batch_sizes));
   if (!sizes.ok() || sizes->empty()) pdserve::Die("--batch-sizes must be a list of positive integers", 2);
   const int64_t steps = absl::GetFlag(FLAGS_steps), prompt_len = absl::GetFlag(FLAGS_prompt_len);
   if (steps < 1 || prompt_len < 1) pdserve::Die("--steps and --prompt-len must be >= 1", 2);
-  auto engine = pdserve::Engine::Load(absl::GetFlag(FLAGS_model), eo);
+  auto engine = pdserve::Engine::Load(flags->model_dir, eo);
   if (!engine.ok()) pdserve::Die(engine.status(), 1);
   const pdserve::Engine& e = **engine;
   const pdserve::ModelConfig& c = e.config();

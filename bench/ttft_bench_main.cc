@@ -6,6 +6,9 @@
 // TTFT that is not prefill. Checks that both give the same greedy first token.
 // All single-process trials run before any gRPC trial: on a small machine the
 // in-process engine and the stack must not compete for the cores.
+// The in-process engine's flags (--model, --weights-dtype, --kv-dtype,
+// --threads, --prefill-chunk) are common/engine/engine_flags: start the stack
+// with the same values.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -24,20 +27,15 @@
 #include "absl/strings/str_format.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
+#include "common/engine/engine_flags.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory for the in-process engine (required).");
 ABSL_FLAG(std::string, router, "",
           "Address (host:port) of a running router; without it only single-process numbers are measured.");
 ABSL_FLAG(std::string, prompt_lens, "128,512,1024,2048", "Prompt lengths in tokens, comma-separated.");
 ABSL_FLAG(int, trials, 3, "Timed trials per prompt length and mode; the median is reported.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache of the in-process engine: f32 or bf16 (start the stack with the same).");
-ABSL_FLAG(std::string, weights_dtype, "f32",
-          "Matmul weights of the in-process engine: f32 or bf16 (start the stack with the same).");
-ABSL_FLAG(int, threads, 0, "Intra-op threads of the in-process engine; 0 = all cores (start the stack with the same).");
-ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk of the in-process engine, tokens (start the stack with the same).");
 ABSL_FLAG(int64_t, deadline_s, 600, "Deadline of each Generate call, seconds.");
 ABSL_FLAG(std::string, csv_out, "", "Also write the table (medians, one row per prompt length) to this CSV file.");
 
@@ -152,32 +150,26 @@ std::string Fixed(double v, int prec) { return absl::StrFormat("%.*f", prec, v);
 
 struct Options {
   std::string model_dir, router, csv;
-  int trials = 0, threads = 0;
-  int64_t chunk = 0, deadline_s = 0;
+  int trials = 0;
+  int64_t deadline_s = 0;
   std::string kd, wd;  // --kv-dtype and --weights-dtype as given
   std::vector<int64_t> lens;
-  pdserve::EngineOptions eo;
+  pdserve::EngineOptions eo;  // the in-process engine's (common/engine/engine_flags)
 };
 
 Options ParseOptions() {
   Options o;
-  o.model_dir = absl::GetFlag(FLAGS_model);
-  o.router = absl::GetFlag(FLAGS_router);
-  if (o.model_dir.empty()) pdserve::Die("--model DIR is required", 2);
-  o.trials = absl::GetFlag(FLAGS_trials);
-  if (o.trials < 1) pdserve::Die("--trials must be >= 1", 2);
-  o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0) pdserve::Die("--threads must be >= 0 (0 = all cores)", 2);
-  o.chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  if (o.chunk < 1) pdserve::Die("--prefill-chunk must be >= 1", 2);
-  o.deadline_s = absl::GetFlag(FLAGS_deadline_s);
-  if (o.deadline_s < 1) pdserve::Die("--deadline-s must be >= 1", 2);
+  auto flags = pdserve::EngineFlagsFromCommandLine();
+  if (!flags.ok()) pdserve::Die(flags.status(), 2);
+  o.model_dir = flags->model_dir;
+  o.eo = flags->options;
   o.kd = absl::GetFlag(FLAGS_kv_dtype);
   o.wd = absl::GetFlag(FLAGS_weights_dtype);
-  auto kv_dtype = pdserve::ParseKvDtype(o.kd);
-  if (!kv_dtype.ok()) pdserve::Die("--kv-dtype: " + std::string(kv_dtype.status().message()), 2);
-  auto weights_dtype = pdserve::ParseWeightsDtype(o.wd);
-  if (!weights_dtype.ok()) pdserve::Die("--weights-dtype: " + std::string(weights_dtype.status().message()), 2);
+  o.router = absl::GetFlag(FLAGS_router);
+  o.trials = absl::GetFlag(FLAGS_trials);
+  if (o.trials < 1) pdserve::Die("--trials must be >= 1", 2);
+  o.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  if (o.deadline_s < 1) pdserve::Die("--deadline-s must be >= 1", 2);
   auto lens = pdserve::ParseIdList(absl::GetFlag(FLAGS_prompt_lens));
   if (!lens.ok()) pdserve::Die("--prompt-lens: " + std::string(lens.status().message()), 2);
   if (lens->empty()) pdserve::Die("--prompt-lens needs at least one length", 2);
@@ -186,10 +178,6 @@ Options ParseOptions() {
   }
   o.lens = *std::move(lens);
   o.csv = absl::GetFlag(FLAGS_csv_out);
-  o.eo.weights_dtype = *weights_dtype;
-  o.eo.kv.dtype = *kv_dtype;
-  o.eo.prefill_chunk = o.chunk;
-  o.eo.num_threads = o.threads;
   return o;
 }
 
@@ -381,8 +369,8 @@ int main(int argc, char** argv) {
   const std::string model_name = c.name;
   const int64_t vocab = c.vocab_size;
   std::printf("pdserve-ttft-bench: model %s (%s), weights %s, kv dtype %s, threads %d (requested %d), prefill chunk %lld\n",
-              model_name.c_str(), o.model_dir.c_str(), o.wd.c_str(), o.kd.c_str(), at::get_num_threads(), o.threads,
-              static_cast<long long>(o.chunk));
+              model_name.c_str(), o.model_dir.c_str(), o.wd.c_str(), o.kd.c_str(), at::get_num_threads(),
+              o.eo.num_threads, static_cast<long long>(o.eo.prefill_chunk));
   std::printf("router: %s; %d trial(s) per length, medians reported\n",
               o.router.empty() ? "none (single-process only)" : o.router.c_str(), o.trials);
 

@@ -15,9 +15,9 @@
 
 #include "absl/flags/flag.h"
 #include "common/net/server.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/finish_reason.h"
 #include "common/cli/usage_json.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
@@ -88,13 +88,6 @@ void RejectRepeatedStop(int argc, char** argv) {
     if (std::strcmp(a, "stop") == 0 || std::strncmp(a, "stop=", 5) == 0) ++n;
   }
   if (n > 1) Die("--stop was given more than once; give one comma-separated list (\\, is a literal comma)", 2);
-}
-
-std::string FinishReasonName(int reason) {
-  const std::string& full = pdserve::v1::FinishReason_Name(reason);
-  if (full.empty()) return absl::StrCat(reason);  // a value newer than this client
-  const std::string prefix = "FINISH_REASON_";
-  return absl::AsciiStrToLower(full.compare(0, prefix.size(), prefix) == 0 ? full.substr(prefix.size()) : full);
 }
 
 double Ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -189,7 +182,7 @@ void PrintJson(const StreamResult& r) {
   nlohmann::ordered_json j = {
       {"token_ids", r.token_ids},
       {"text", r.text},
-      {"finish_reason", FinishReasonName(last.finish_reason())},
+      {"finish_reason", pdserve::FinishReasonName(last.finish_reason())},
       {"usage", last.has_usage() ? pdserve::UsageToJson(last.usage()) : nlohmann::ordered_json(nullptr)},
       {"request_id", last.request_id()},
   };
@@ -203,7 +196,7 @@ void PrintSummary(const pdserve::v1::GenerateResponse& last) {
   std::fprintf(stderr,
                "finish=%s prompt_tokens=%u generated_tokens=%u ttft_ms=%.3f tpot_ms=%.3f e2e_ms=%.3f "
                "kv_handoff_bytes=%llu kv_handoff_ms=%.3f (exposed %.3f) workers=%s->%s request_id=%s\n",
-               FinishReasonName(last.finish_reason()).c_str(), u.prompt_tokens(), u.generated_tokens(),
+               pdserve::FinishReasonName(last.finish_reason()).c_str(), u.prompt_tokens(), u.generated_tokens(),
                Ms(u.ttft_ns()), Ms(u.tpot_ns()), Ms(u.e2e_ns()), static_cast<unsigned long long>(u.kv_handoff_bytes()),
                Ms(u.kv_handoff_ns()), Ms(u.kv_handoff_exposed_ns()), u.prefill_worker().empty() ? "?" : u.prefill_worker().c_str(),
                u.decode_worker().empty() ? "?" : u.decode_worker().c_str(), last.request_id().c_str());

@@ -22,13 +22,14 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/cli/cli_util.h"
+#include "common/cli/finish_reason.h"
+#include "common/cli/progress.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
 #include "common/passkey/passkey.h"
@@ -108,13 +109,6 @@ absl::StatusOr<int64_t> CountTokens(pdserve::v1::Generator::Stub* stub, double d
   return static_cast<int64_t>(resp.token_ids_size());
 }
 
-std::string FinishReasonName(int reason) {
-  const std::string& full = pdserve::v1::FinishReason_Name(reason);
-  if (full.empty()) return absl::StrCat(reason);
-  const std::string prefix = "FINISH_REASON_";
-  return absl::AsciiStrToLower(full.compare(0, prefix.size(), prefix) == 0 ? full.substr(prefix.size()) : full);
-}
-
 void RunTrial(pdserve::v1::Generator::Stub* stub, const Options& opt, Trial* t) {
   absl::StatusOr<int64_t> counted = CountTokens(stub, opt.deadline_s, t->prompt.text);
   if (counted.ok()) t->prompt_tokens = *counted;
@@ -139,7 +133,7 @@ void RunTrial(pdserve::v1::Generator::Stub* stub, const Options& opt, Trial* t) 
     received += resp.token_ids_size();
     if (resp.has_usage()) usage = resp.usage();
     if (resp.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
-      t->finish_reason = FinishReasonName(resp.finish_reason());
+      t->finish_reason = pdserve::FinishReasonName(resp.finish_reason());
     }
   }
   const grpc::Status status = reader->Finish();
@@ -159,19 +153,9 @@ void RunTrial(pdserve::v1::Generator::Stub* stub, const Options& opt, Trial* t) 
   t->correct = t->extracted.has_value() && *t->extracted == t->passkey;
 }
 
-std::string FormatSeconds(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const int64_t total = static_cast<int64_t>(s + 0.5);
-  if (total >= 3600) return absl::StrFormat("%dh%02dm", total / 3600, (total / 60) % 60);
-  if (total >= 60) return absl::StrFormat("%dm%02ds", total / 60, total % 60);
-  return absl::StrFormat("%ds", total);
-}
-
 std::string ProgressLine(size_t done, size_t total, double elapsed_s) {
-  const double rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0;
-  const std::string eta = done == 0 ? "?" : FormatSeconds(static_cast<double>(total - done) / rate);
-  return absl::StrFormat("pdserve-passkey: %d/%d trials, %.2f trials/s, elapsed %s, ETA %s", done, total, rate,
-                         FormatSeconds(elapsed_s), eta);
+  return absl::StrFormat("pdserve-passkey: %d/%d trials, %s", done, total,
+                         pdserve::ProgressStats(done, total, elapsed_s, "trials"));
 }
 
 nlohmann::ordered_json NullIfEmpty(const std::string& s) {
@@ -294,28 +278,9 @@ double RunTrials(pdserve::v1::Generator::Stub* stub, const Options& opt, int64_t
       }
     });
   }
-  // Progress: a line redrawn in place on a terminal; in logs, one every 5 s.
-  const bool tty = isatty(fileno(stderr));
-  const auto period = tty ? std::chrono::milliseconds(250) : std::chrono::milliseconds(5000);
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    Clock::time_point last_print = Clock::now();
-    while (done < n) {
-      // Until the next print is due: a finished trial wakes the wait early
-      // (to redraw on a terminal) without pushing the next log line back.
-      cv.wait_until(lock, last_print + period);
-      const Clock::time_point now = Clock::now();
-      if (done < n && (tty || now - last_print >= period)) {
-        const double elapsed = std::chrono::duration<double>(now - run_start).count();
-        const std::string line = ProgressLine(done, n, elapsed);
-        std::fprintf(stderr, tty ? "\r%s\033[K" : "%s\n", line.c_str());
-        last_print = now;
-      }
-    }
-  }
+  const double elapsed_s = pdserve::WaitWithProgress(
+      mu, cv, done, n, run_start, [&](size_t d, double elapsed) { return ProgressLine(d, n, elapsed); });
   for (std::thread& w : workers) w.join();
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - run_start).count();
-  std::fprintf(stderr, tty ? "\r%s\033[K\n" : "%s\n", ProgressLine(n, n, elapsed_s).c_str());
   return elapsed_s;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
@@ -48,18 +49,12 @@ std::unique_ptr<pdserve::NcclKvReceiver> MakeReceiver() {
 // (--drain-timeout-s) and cancels what is left.
 void ServeUntilSignal(pdserve::DecodeService* service, pdserve::BatchScheduler* scheduler,
                       pdserve::MetricsRegistry* metrics, int64_t kv_budget_bytes) {
-  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {service});
-  if (!server.ok()) pdserve::Die(server.status());
-  std::fprintf(stderr, "%s: serving on port %d (KV budget %lld MiB)\n", kProgram, server->port,
-               static_cast<long long>(kv_budget_bytes >> 20));
-  auto metrics_server =
-      pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
-  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
-
-  const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, draining\n", kProgram, sig);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
+  const absl::Status served = pdserve::ServeUntilShutdownSignal(
+      {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)),
+       absl::StrCat(" (KV budget ", kv_budget_bytes >> 20, " MiB)")},
+      {service}, metrics);
+  if (!served.ok()) pdserve::Die(served);
   scheduler->Shutdown();
 }
 

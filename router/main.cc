@@ -62,17 +62,11 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
 
 // Serves `service` until SIGTERM or SIGINT, then drains (--drain-timeout-s).
 void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics) {
-  auto server = pdserve::StartServer(absl::GetFlag(FLAGS_listen), {service});
-  if (!server.ok()) pdserve::Die(server.status());
-  std::fprintf(stderr, "%s: serving on port %d\n", kProgram, server->port);
-  auto metrics_server =
-      pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
-  if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
-
-  const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, draining\n", kProgram, sig);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_drain_timeout_s)));
+  const absl::Status served = pdserve::ServeUntilShutdownSignal(
+      {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
+       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""},
+      {service}, metrics);
+  if (!served.ok()) pdserve::Die(served);
 }
 
 }  // namespace

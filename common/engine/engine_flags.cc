@@ -22,23 +22,29 @@ absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine() {
   EngineFlags out;
   out.model_dir = absl::GetFlag(FLAGS_model);
   if (out.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  ASSIGN_OR_RETURN(out.options, EngineOptionsFromCommandLine());
+  return out;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
+  EngineOptions options;
   const std::string weights = absl::GetFlag(FLAGS_weights_dtype);
   auto wd = ParseWeightsDtype(weights);
   if (!wd.ok()) return absl::InvalidArgumentError(absl::StrCat("--weights-dtype=", weights, ": ", wd.status().message()));
   const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
   auto kd = ParseKvDtype(kv);
   if (!kd.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype=", kv, ": ", kd.status().message()));
-  out.options.weights_dtype = *wd;
-  out.options.kv.dtype = *kd;
-  out.options.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
-  out.options.num_threads = absl::GetFlag(FLAGS_threads);
-  if (out.options.prefill_chunk < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--prefill-chunk=", out.options.prefill_chunk, ": must be >= 1"));
+  options.weights_dtype = *wd;
+  options.kv.dtype = *kd;
+  options.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (options.prefill_chunk < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-chunk=", options.prefill_chunk, ": must be >= 1"));
   }
-  if (out.options.num_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads=", out.options.num_threads, ": must be >= 0"));
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads=", options.num_threads, ": must be >= 0"));
   }
-  return out;
+  return options;
 }
 
 absl::StatusOr<LoadedEngine> LoadEngineFromFlags() {

@@ -1,6 +1,7 @@
 // The engine flags, declared once for every binary that loads a model
 // (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk):
 //   EngineFlagsFromCommandLine  validates them into EngineOptions (no loading)
+//   EngineOptionsFromCommandLine  the same, without --model
 //   LoadEngineFromFlags         validates, loads the checkpoint, fingerprints
 //                               it and runs a warmup generation, so that a
 //                               server only listens once it can answer.
@@ -32,6 +33,11 @@ struct EngineFlags {
 // InvalidArgument naming the flag and its value: --model missing, an unknown
 // dtype, --prefill-chunk < 1 or --threads < 0.
 absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine();
+
+// The same without --model, for a binary that can also build a model some
+// other way (pdserve-decode-bench --config): the dtypes, --prefill-chunk and
+// --threads, with the same errors.
+absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine();
 
 struct LoadedEngine {
   std::unique_ptr<Engine> engine;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model/config.h"
+#include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -77,33 +78,19 @@ const StTensorView* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open checkpoint '", path, "': ", strerror(errno)));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("cannot stat '", path, "'"));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat("checkpoint '", path, "' is truncated: ", size,
-                                            " bytes, expected at least 8 for the header length"));
-  }
-  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) {
-    return absl::InternalError(absl::StrCat("cannot mmap '", path, "': ", strerror(errno)));
-  }
-  f->map_ = map;
-  f->map_size_ = size;
-  const auto* bytes = static_cast<const uint8_t*>(map);
+namespace {
 
+// The parsed header and where the data section it indexes lies.
+struct Header {
+  json entries;                  // {"name": {dtype, shape, data_offsets}, "__metadata__": ...}
+  const uint8_t* data = nullptr;  // the data section (offsets are relative to it)
+  uint64_t data_size = 0;
+};
+
+// The u64 length, then the JSON header of the mapped file `bytes` (`size`
+// bytes, at least 8): DataLoss when the length overruns the file or the
+// text is too deep or not a JSON object.
+absl::StatusOr<Header> ParseHeader(const std::string& path, const uint8_t* bytes, size_t size) {
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > kMaxHeaderBytes || 8 + header_len > size) {
@@ -114,66 +101,109 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   if (absl::Status s = CheckJsonNesting(header_text, kMaxJsonDepth, "the header"); !s.ok()) {
     return absl::DataLossError(absl::StrCat("checkpoint '", path, "': ", s.message()));
   }
-  json header = json::parse(header_text.begin(), header_text.end(), nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object()) {
+  Header header;
+  header.entries = json::parse(header_text.begin(), header_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (header.entries.is_discarded() || !header.entries.is_object()) {
     return absl::DataLossError(absl::StrCat("checkpoint '", path, "' has a header that is not a JSON object"));
   }
-  const uint8_t* data = bytes + 8 + header_len;
-  const uint64_t data_size = size - 8 - header_len;
+  header.data = bytes + 8 + header_len;
+  header.data_size = size - 8 - header_len;
+  return header;
+}
 
-  for (auto it = header.begin(); it != header.end(); ++it) {
+// One header entry as a view into the data section: DataLoss naming the
+// tensor when the entry is malformed, its shape too large, its offsets
+// outside the data, or its byte count not numel * element size.
+absl::StatusOr<StTensorView> ParseTensorEntry(const std::string& path, const std::string& name, const json& e,
+                                              const Header& header) {
+  auto corrupt = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("checkpoint '", path, "': tensor '", name.substr(0, 80),
+                                            name.size() > 80 ? "...' " : "' ", why));
+  };
+  if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+      !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+      e["data_offsets"].size() != 2) {
+    return corrupt("has a malformed header entry: " + JsonExcerpt(e));
+  }
+  StTensorView v;
+  v.dtype_name = e["dtype"].get<std::string>();
+  if (v.dtype_name.size() > 16) v.dtype_name = v.dtype_name.substr(0, 16) + "...";
+  v.dtype = ParseDtype(v.dtype_name);
+  if (e["shape"].size() > kMaxRank) {
+    return corrupt(absl::StrCat("has ", e["shape"].size(), " dimensions, at most ", kMaxRank, " are supported"));
+  }
+  for (const auto& d : e["shape"]) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return corrupt("has a non-integer, negative or huge dimension: " + JsonExcerpt(e["shape"]));
+    }
+    v.shape.push_back(d.get<int64_t>());
+  }
+  int64_t numel = 0;
+  if (!CheckedNumel(v.shape, &numel)) {
+    return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose element count overflows"));
+  }
+  const auto& offs = e["data_offsets"];
+  if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
+    return corrupt("has invalid data_offsets " + JsonExcerpt(offs));
+  }
+  const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
+  if (begin > end || end > header.data_size) {
+    return corrupt(absl::StrCat("lies outside the file: data_offsets [", begin, ", ", end,
+                                "] but the data section has ", header.data_size, " bytes (truncated file?)"));
+  }
+  v.data = header.data + begin;
+  v.nbytes = end - begin;
+  const size_t elem = StDtypeSize(v.dtype);
+  uint64_t want = 0;
+  if (elem != 0 && __builtin_mul_overflow(static_cast<uint64_t>(numel), elem, &want)) {
+    return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose byte count overflows"));
+  }
+  if (elem != 0 && v.nbytes != want) {
+    return corrupt(absl::StrCat("has ", v.nbytes, " bytes, expected ", want, " for ", v.dtype_name, " shape [",
+                                absl::StrJoin(v.shape, ", "), "]"));
+  }
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  RETURN_IF_ERROR(f->Map());
+  ASSIGN_OR_RETURN(const Header header, ParseHeader(path, static_cast<const uint8_t*>(f->map_), f->map_size_));
+  for (auto it = header.entries.begin(); it != header.entries.end(); ++it) {
     if (it.key() == "__metadata__") continue;
-    const std::string& name = it.key();
-    const json& e = it.value();
-    auto corrupt = [&](const std::string& why) {
-      return absl::DataLossError(absl::StrCat("checkpoint '", path, "': tensor '", name.substr(0, 80),
-                                              name.size() > 80 ? "...' " : "' ", why));
-    };
-    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
-        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
-        e["data_offsets"].size() != 2) {
-      return corrupt("has a malformed header entry: " + JsonExcerpt(e));
-    }
-    StTensorView v;
-    v.dtype_name = e["dtype"].get<std::string>();
-    if (v.dtype_name.size() > 16) v.dtype_name = v.dtype_name.substr(0, 16) + "...";
-    v.dtype = ParseDtype(v.dtype_name);
-    if (e["shape"].size() > kMaxRank) {
-      return corrupt(absl::StrCat("has ", e["shape"].size(), " dimensions, at most ", kMaxRank, " are supported"));
-    }
-    for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-        return corrupt("has a non-integer, negative or huge dimension: " + JsonExcerpt(e["shape"]));
-      }
-      v.shape.push_back(d.get<int64_t>());
-    }
-    int64_t numel = 0;
-    if (!CheckedNumel(v.shape, &numel)) {
-      return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose element count overflows"));
-    }
-    const auto& offs = e["data_offsets"];
-    if (!offs[0].is_number_unsigned() || !offs[1].is_number_unsigned()) {
-      return corrupt("has invalid data_offsets " + JsonExcerpt(offs));
-    }
-    const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return corrupt(absl::StrCat("lies outside the file: data_offsets [", begin, ", ", end,
-                                  "] but the data section has ", data_size, " bytes (truncated file?)"));
-    }
-    v.data = data + begin;
-    v.nbytes = end - begin;
-    const size_t elem = StDtypeSize(v.dtype);
-    uint64_t want = 0;
-    if (elem != 0 && __builtin_mul_overflow(static_cast<uint64_t>(numel), elem, &want)) {
-      return corrupt(absl::StrCat("has shape [", absl::StrJoin(v.shape, ", "), "], whose byte count overflows"));
-    }
-    if (elem != 0 && v.nbytes != want) {
-      return corrupt(absl::StrCat("has ", v.nbytes, " bytes, expected ", want, " for ", v.dtype_name, " shape [",
-                                  absl::StrJoin(v.shape, ", "), "]"));
-    }
-    f->tensors_.emplace(name, std::move(v));
+    ASSIGN_OR_RETURN(StTensorView v, ParseTensorEntry(path, it.key(), it.value(), header));
+    f->tensors_.emplace(it.key(), std::move(v));
   }
   return f;
+}
+
+absl::Status SafetensorsFile::Map() {
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open checkpoint '", path_, "': ", strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot stat '", path_, "'"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat("checkpoint '", path_, "' is truncated: ", size,
+                                            " bytes, expected at least 8 for the header length"));
+  }
+  void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("cannot mmap '", path_, "': ", strerror(errno)));
+  }
+  map_ = map;
+  map_size_ = size;
+  return absl::OkStatus();
 }
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<StTensorToWrite>& tensors) {

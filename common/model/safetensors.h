@@ -58,6 +58,9 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // Maps path_ read-only into map_: NotFound when it cannot be opened,
+  // DataLoss when it is shorter than the 8-byte header length.
+  absl::Status Map();
   std::string path_;
   void* map_ = nullptr;
   size_t map_size_ = 0;

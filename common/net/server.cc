@@ -1,11 +1,14 @@
 #include "common/net/server.h"
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/metrics.h"
 
 namespace pdserve {
 
@@ -62,6 +65,21 @@ int WaitForShutdownSignal() {
   int sig = 0;
   sigwait(&set, &sig);
   return sig;
+}
+
+absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::vector<grpc::Service*>& services,
+                                      const MetricsRegistry* metrics) {
+  absl::StatusOr<StartedServer> server = StartServer(options.listen, services);
+  if (!server.ok()) return server.status();
+  std::fprintf(stderr, "%s: serving on port %d%s\n", options.program.c_str(), server->port,
+               options.serving_note.c_str());
+  auto metrics_server = ServeMetrics(options.metrics_host, options.metrics_port, metrics, options.program);
+  if (!metrics_server.ok()) return metrics_server.status();
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "%s: signal %d, draining\n", options.program.c_str(), sig);
+  server->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(options.drain_timeout));
+  return absl::OkStatus();
 }
 
 }  // namespace pdserve

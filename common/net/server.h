@@ -11,8 +11,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace pdserve {
+
+class MetricsRegistry;
 
 // The gRPC message size limit, the same in both directions and on both ends:
 // 16 MiB, a 4 MiB KV hand-off chunk plus framing with room to spare (gRPC's
@@ -47,5 +50,24 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // starts, so that only this wait sees them.
 void BlockShutdownSignals();
 int WaitForShutdownSignal();
+
+// What ServeUntilShutdownSignal serves, and how it stops.
+struct ServeOptions {
+  std::string program;       // names the process in its log lines
+  std::string listen;        // the gRPC address, "host:port"
+  std::string metrics_host;  // where /metrics binds (ServeMetrics)
+  int metrics_port = -1;     // 0 picks one, -1 turns /metrics off
+  absl::Duration drain_timeout;  // how long streams may finish on a signal
+  std::string serving_note;      // appended to the "serving on port N" line
+};
+
+// A worker's main loop: serves `services` (StartServer) and /metrics, logs
+// "<program>: serving on port N<serving_note>", blocks until SIGINT or
+// SIGTERM (call BlockShutdownSignals first), logs "<program>: signal S,
+// draining" and shuts the server down, letting calls run for
+// drain_timeout. Returns StartServer's or ServeMetrics's error when either
+// cannot start (the caller exits).
+absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::vector<grpc::Service*>& services,
+                                      const MetricsRegistry* metrics);
 
 }  // namespace pdserve

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model/config.h"  // CheckJsonNesting, JsonExcerpt, kMaxJsonDepth
 #include "common/tokenizer/incremental_detokenizer.h"
+#include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -323,291 +324,67 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromFile(const std::
   return tok;
 }
 
-absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size) {
-  int64_t max_vocab = 0;  // highest model.vocab id + 1
-  json root;
+// Load's steps, in the order Load runs them (the order fixes which error a
+// file with several faults reports). Each reads one part of tokenizer.json
+// into the tokenizer, or returns InvalidArgument naming the field.
+struct BpeTokenizer::Loader {
+  BpeTokenizer& tok;
+  // model.vocab by its text (views into the parsed JSON), as merges and
+  // unk_token name tokens.
+  absl::flat_hash_map<absl::string_view, uint32_t> text_to_id;
+  uint32_t max_vocab_id = 0;  // highest model.vocab id
+  uint32_t max_id = 0;        // highest id, added tokens included
+
+  absl::Status Run(const json& root);
+  absl::Status ReadModelOptions(const json& model);
+  absl::Status ReadVocabIds(const json& vocab);
+  absl::Status ReadAddedTokens(const json& root);
+  absl::Status ReadAddedToken(const json& t, const std::string& where);
+  absl::Status FillTokenBytes();
+  absl::Status ReadUnkToken(const json& model);
+  absl::Status ReadMerges(const json& model);
+  absl::Status ReadMerge(const json& m, size_t rank, std::string& joined);
+  absl::Status ReadPreTokenizer(const json& root);
+  absl::Status ReadPreTokenizerStep(const json& p, const std::string& where, bool& have_byte_level);
+  static absl::StatusOr<std::unique_ptr<Regex>> CompilePattern(std::string pattern, uint32_t options,
+                                                               const std::string& where);
+  static absl::Status CheckNormalizer(const json& root);
+  static absl::Status CheckDecoder(const json& root);
+  void BuildAddedTokenTrie();
+};
+
+namespace {
+
+// tokenizer.json's text as JSON: DataLoss when it does not parse.
+absl::StatusOr<json> ParseTokenizerJson(absl::string_view json_text) {
   // nlohmann's parser and dump() recurse once per level: refuse deep text
   // before parsing it.
-  if (absl::Status s = CheckJsonNesting(json_text, kMaxJsonDepth, "tokenizer.json"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckJsonNesting(json_text, kMaxJsonDepth, "tokenizer.json"));
   try {
-    root = json::parse(json_text.begin(), json_text.end());
+    return json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat("tokenizer.json is not valid JSON: ", Cut(e.what())));
   }
+}
+
+}  // namespace
+
+absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size) {
+  ASSIGN_OR_RETURN(const json root, ParseTokenizerJson(json_text));
+  int64_t max_vocab = 0;  // highest model.vocab id + 1
   // nlohmann throws type_error on a wrong-typed access; every access below is
   // checked, but keep a net so a missed case is an error, not an abort.
   try {
-    if (!root.is_object()) return Bad("tokenizer.json must be a JSON object");
-
-    // --- model ---
-    auto model_it = root.find("model");
-    if (model_it == root.end() || !model_it->is_object()) return Bad("tokenizer.json has no 'model' object");
-    const json& model = *model_it;
-    std::string type;
-    if (absl::Status s = ReadString(model, "type", "model", &type); !s.ok()) return s;
-    if (!type.empty() && type != "BPE") {
-      return Bad(absl::StrCat("model.type is '", Clip(type), "'; only 'BPE' is supported"));
-    }
-    if (auto it = model.find("dropout");
-        it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0)) {
-      return Bad(absl::StrCat("model.dropout is ", Show(*it), "; BPE dropout is not supported"));
-    }
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      std::string value;
-      if (absl::Status s = ReadString(model, key, "model", &value); !s.ok()) return s;
-      if (!value.empty()) return Bad(absl::StrCat("model.", key, " is '", Clip(value), "'; it is not supported"));
-    }
-    bool byte_fallback = false;
-    if (absl::Status s = ReadBool(model, "byte_fallback", "model", false, &byte_fallback); !s.ok()) return s;
-    if (byte_fallback) return Bad("model.byte_fallback is true; it is not supported (use a ByteLevel tokenizer)");
-    if (absl::Status s = ReadBool(model, "ignore_merges", "model", false, &ignore_merges_); !s.ok()) return s;
-    if (absl::Status s = ReadBool(model, "fuse_unk", "model", false, &fuse_unk_); !s.ok()) return s;
-
-    auto vocab_it = model.find("vocab");
-    if (vocab_it == model.end()) return Bad("model.vocab is missing");
-    if (!vocab_it->is_object())
-      return Bad(absl::StrCat("model.vocab must be an object {token: id}, found ", Show(*vocab_it)));
-    if (vocab_it->empty()) return Bad("model.vocab is empty");
-
-    // Pass 1: ids and the string -> id map the merges are written in.
-    absl::flat_hash_map<absl::string_view, uint32_t> text_to_id;
-    text_to_id.reserve(vocab_it->size());
-    uint32_t max_vocab_id = 0;
-    for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-      uint32_t id;
-      if (absl::Status s = ReadId(it.value(), absl::StrCat("model.vocab['", Clip(it.key()), "']"), &id); !s.ok()) return s;
-      text_to_id.emplace(it.key(), id);
-      max_vocab_id = std::max(max_vocab_id, id);
-    }
-    max_vocab = int64_t{max_vocab_id} + 1;
-
-    // --- added tokens (ids may extend past model.vocab) ---
-    uint32_t max_id = max_vocab_id;
-    if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
-      if (!it->is_array()) return Bad(absl::StrCat("added_tokens must be an array, found ", Show(*it)));
-      for (size_t i = 0; i < it->size(); ++i) {
-        const json& t = (*it)[i];
-        const std::string where = absl::StrCat("added_tokens[", i, "]");
-        if (!t.is_object()) return Bad(absl::StrCat(where, " must be an object, found ", Show(t)));
-        AddedToken added;
-        auto id_it = t.find("id");
-        if (id_it == t.end()) return Bad(absl::StrCat(where, ".id is missing"));
-        if (absl::Status s = ReadId(*id_it, where + ".id", &added.id); !s.ok()) return s;
-        if (absl::Status s = ReadString(t, "content", where, &added.content); !s.ok()) return s;
-        if (added.content.empty()) return Bad(absl::StrCat(where, ".content is missing or empty"));
-        if (FirstInvalidUtf8(added.content) != absl::string_view::npos) {
-          return Bad(absl::StrCat(where, ".content is not valid UTF-8"));
-        }
-        if (absl::Status s = ReadBool(t, "special", where, false, &added.special); !s.ok()) return s;
-        if (absl::Status s = ReadBool(t, "lstrip", where, false, &added.lstrip); !s.ok()) return s;
-        if (absl::Status s = ReadBool(t, "rstrip", where, false, &added.rstrip); !s.ok()) return s;
-        max_id = std::max(max_id, added.id);
-        added_.push_back(std::move(added));
-      }
-    }
-
-    // Pass 2: per-id bytes. A token written in GPT-2 characters decodes to
-    // the bytes they stand for; one with any other character decodes to its
-    // own UTF-8, as HF's ByteLevel decoder does, and encode never reaches it.
-    const std::array<int, 324> char_to_byte = CodePointToByte();
-    token_bytes_.assign(static_cast<size_t>(max_id) + 1, std::string());
-    special_.assign(static_cast<size_t>(max_id) + 1, false);
-    std::vector<bool> seen(static_cast<size_t>(max_vocab_id) + 1, false);
-    for (const auto& [text, id] : text_to_id) {
-      if (seen[id]) return Bad(absl::StrCat("model.vocab gives id ", id, " to more than one token"));
-      seen[id] = true;
-      std::string bytes;
-      bool byte_level = true;
-      for (size_t pos = 0; pos < text.size();) {
-        uint32_t cp;
-        const size_t len = DecodeUtf8(text, pos, &cp);
-        if (len == 0) return Bad(absl::StrCat("model.vocab token with id ", id, " is not valid UTF-8"));
-        if (cp >= char_to_byte.size() || char_to_byte[cp] < 0) {
-          byte_level = false;
-          break;
-        }
-        bytes.push_back(static_cast<char>(char_to_byte[cp]));
-        pos += len;
-      }
-      if (!byte_level) {
-        token_bytes_[id] = std::string(text);
-        continue;
-      }
-      if (bytes.size() == 1) byte_id_[static_cast<unsigned char>(bytes[0])] = id;
-      token_bytes_[id] = bytes;
-      bytes_to_id_.emplace(std::move(bytes), id);
-    }
-
-    std::string unk;
-    if (absl::Status s = ReadString(model, "unk_token", "model", &unk); !s.ok()) return s;
-    if (!unk.empty()) {
-      auto it = text_to_id.find(unk);
-      if (it == text_to_id.end()) return Bad(absl::StrCat("model.unk_token '", Clip(unk), "' is not in model.vocab"));
-      unk_id_ = it->second;
-    }
-
-    // --- merges: "a b" strings or [a, b] pairs; rank = position ---
-    auto merges_it = model.find("merges");
-    if (merges_it == model.end()) return Bad("model.merges is missing (an empty list is allowed)");
-    if (!merges_it->is_array()) return Bad(absl::StrCat("model.merges must be an array, found ", Show(*merges_it)));
-    merges_.reserve(merges_it->size());
-    std::string joined;
-    for (size_t rank = 0; rank < merges_it->size(); ++rank) {
-      const json& m = (*merges_it)[rank];
-      const std::string where = absl::StrCat("model.merges[", rank, "]");
-      absl::string_view left, right;
-      if (m.is_string()) {
-        const std::string& s = m.get_ref<const std::string&>();
-        const size_t space = s.find(' ');
-        // Exactly one space, as HF requires.
-        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          return Bad(absl::StrCat(where, " is ", Show(m), "; expected two tokens separated by one space"));
-        }
-        left = absl::string_view(s).substr(0, space);
-        right = absl::string_view(s).substr(space + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        left = m[0].get_ref<const std::string&>();
-        right = m[1].get_ref<const std::string&>();
-      } else {
-        return Bad(absl::StrCat(where, " is ", Show(m), "; expected \"a b\" or [\"a\", \"b\"]"));
-      }
-      auto l = text_to_id.find(left);
-      auto r = text_to_id.find(right);
-      joined.assign(left.data(), left.size());
-      joined.append(right.data(), right.size());
-      auto n = text_to_id.find(joined);
-      for (const auto& [found, part] :
-           {std::make_pair(l != text_to_id.end(), left), std::make_pair(r != text_to_id.end(), right),
-            std::make_pair(n != text_to_id.end(), absl::string_view(joined))}) {
-        if (!found) return Bad(absl::StrCat(where, " (", Show(m), ") uses '", Clip(part), "', which is not in model.vocab"));
-      }
-      // A repeated pair keeps the later rank, as HF's HashMap collect does.
-      merges_[PairKey(l->second, r->second)] = Merge{static_cast<uint32_t>(rank), n->second};
-    }
-
-    // --- normalizer ---
-    if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
-      const std::string what = it->is_object() && it->contains("type") ? Show((*it)["type"]) : Show(*it);
-      return Bad(absl::StrCat("normalizer ", what, " is not supported (only null)"));
-    }
-
-    // --- pre_tokenizer: [Split...] then ByteLevel ---
-    auto pre_it = root.find("pre_tokenizer");
-    if (pre_it == root.end() || !pre_it->is_object()) {
-      return Bad("pre_tokenizer is missing; a byte-level BPE needs a ByteLevel pre-tokenizer");
-    }
-    std::vector<const json*> pre_steps;
-    std::string pre_type;
-    if (absl::Status s = ReadString(*pre_it, "type", "pre_tokenizer", &pre_type); !s.ok()) return s;
-    if (pre_type == "Sequence") {
-      auto list = pre_it->find("pretokenizers");
-      if (list == pre_it->end() || !list->is_array()) return Bad("pre_tokenizer.pretokenizers must be an array");
-      // Encode runs the steps recursively (one frame per step): bound them.
-      if (list->size() > kMaxPreTokenizerSteps) {
-        return Bad(absl::StrCat("pre_tokenizer.pretokenizers has ", list->size(), " steps, at most ",
-                                kMaxPreTokenizerSteps, " are supported"));
-      }
-      for (const json& p : *list) pre_steps.push_back(&p);
-    } else {
-      pre_steps.push_back(&*pre_it);
-    }
-    bool have_byte_level = false;
-    for (size_t i = 0; i < pre_steps.size(); ++i) {
-      const json& p = *pre_steps[i];
-      const std::string where =
-          pre_type == "Sequence" ? absl::StrCat("pre_tokenizer.pretokenizers[", i, "]") : std::string("pre_tokenizer");
-      if (!p.is_object()) return Bad(absl::StrCat(where, " must be an object"));
-      std::string ptype;
-      if (absl::Status s = ReadString(p, "type", where, &ptype); !s.ok()) return s;
-      if (have_byte_level) return Bad(absl::StrCat(where, " (", Clip(ptype), ") after ByteLevel is not supported"));
-      Step step;
-      std::string pattern;
-      uint32_t options = PCRE2_UTF | PCRE2_UCP;
-      if (ptype == "Split") {
-        std::string behavior;
-        if (absl::Status s = ReadString(p, "behavior", where, &behavior); !s.ok()) return s;
-        if (behavior != "Isolated") {
-          return Bad(absl::StrCat(where, ".behavior is '", Clip(behavior), "'; only 'Isolated' is supported"));
-        }
-        bool invert = false;
-        if (absl::Status s = ReadBool(p, "invert", where, false, &invert); !s.ok()) return s;
-        if (invert) return Bad(absl::StrCat(where, ".invert is true; it is not supported"));
-        auto pat = p.find("pattern");
-        if (pat != p.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string()) {
-          pattern = (*pat)["Regex"].get<std::string>();
-        } else if (pat != p.end() && pat->is_object() && pat->contains("String") && (*pat)["String"].is_string()) {
-          pattern = (*pat)["String"].get<std::string>();
-          options = PCRE2_UTF | PCRE2_LITERAL;  // PCRE2 refuses UCP with LITERAL
-        } else {
-          return Bad(absl::StrCat(where, ".pattern must be {\"Regex\": ...} or {\"String\": ...}"));
-        }
-        if (pattern.empty()) return Bad(absl::StrCat(where, ".pattern is empty"));
-        step.kind = Step::Kind::kSplit;
-      } else if (ptype == "ByteLevel") {
-        bool use_regex = true;
-        if (absl::Status s = ReadBool(p, "use_regex", where, true, &use_regex); !s.ok()) return s;
-        if (absl::Status s = ReadBool(p, "add_prefix_space", where, false, &step.add_prefix_space); !s.ok()) {
-          return s;
-        }
-        if (use_regex) pattern = kGpt2Pattern;
-        step.kind = Step::Kind::kByteLevel;
-        have_byte_level = true;
-      } else {
-        return Bad(absl::StrCat(where, ".type is '", Clip(ptype), "'; only Split and ByteLevel are supported"));
-      }
-      if (!pattern.empty()) {
-        if ((options & PCRE2_LITERAL) == 0) pattern = WithOnigurumaSpaces(pattern);
-        int error = 0;
-        PCRE2_SIZE offset = 0;
-        pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
-                                         &offset, nullptr);
-        if (code == nullptr) {
-          PCRE2_UCHAR message[256];
-          pcre2_get_error_message(error, message, sizeof(message));
-          return Bad(absl::StrCat(where, ".pattern does not compile at offset ", offset, ": ",
-                                  reinterpret_cast<const char*>(message)));
-        }
-        step.regex = std::make_unique<Regex>();
-        step.regex->code = code;
-        // JIT is ~10x faster; without it (unsupported CPU) pcre2_match
-        // falls back to the interpreter on its own.
-        pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
-      }
-      steps_.push_back(std::move(step));
-    }
-    if (!have_byte_level) return Bad("pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
-
-    // --- decoder ---
-    if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
-      std::string dtype;
-      if (!it->is_object()) return Bad("decoder must be an object");
-      if (absl::Status s = ReadString(*it, "type", "decoder", &dtype); !s.ok()) return s;
-      if (dtype != "ByteLevel") return Bad(absl::StrCat("decoder.type is '", Clip(dtype), "'; only ByteLevel is supported"));
-    }
-
-    // Added tokens last: they override any model.vocab entry with their id.
-    for (size_t i = 0; i < added_.size(); ++i) {
-      const AddedToken& t = added_[i];
-      token_bytes_[t.id] = t.content;
-      special_[t.id] = t.special;
-      if (trie_.empty()) trie_.emplace_back();
-      int32_t node = 0;
-      for (const char c : t.content) {
-        const auto b = static_cast<unsigned char>(c);
-        auto next = trie_[node].next.find(b);
-        if (next == trie_[node].next.end()) {
-          trie_.emplace_back();
-          next = trie_[node].next.emplace(b, static_cast<int32_t>(trie_.size() - 1)).first;
-        }
-        node = next->second;
-      }
-      trie_[node].token = static_cast<int32_t>(i);  // a repeated content: the later entry wins
-      added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
-    }
+    Loader loader{*this};
+    RETURN_IF_ERROR(loader.Run(root));
+    max_vocab = int64_t{loader.max_vocab_id} + 1;
   } catch (const json::exception& e) {
     return Bad(absl::StrCat("tokenizer.json has an unexpected structure: ", Cut(e.what())));
   }
+  return SetVocabSize(vocab_size, max_vocab);
+}
 
+absl::Status BpeTokenizer::SetVocabSize(int64_t vocab_size, int64_t max_vocab) {
   // The model must score every id of model.vocab (plain text's ids); added
   // tokens past it are checked when the text contains them.
   if (vocab_size == 0) {
@@ -621,6 +398,329 @@ absl::Status BpeTokenizer::Load(absl::string_view json_text, int64_t vocab_size)
     vocab_size_ = vocab_size;
   }
   return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::Loader::Run(const json& root) {
+  if (!root.is_object()) return Bad("tokenizer.json must be a JSON object");
+  auto model_it = root.find("model");
+  if (model_it == root.end() || !model_it->is_object()) return Bad("tokenizer.json has no 'model' object");
+  const json& model = *model_it;
+  RETURN_IF_ERROR(ReadModelOptions(model));
+  auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end()) return Bad("model.vocab is missing");
+  RETURN_IF_ERROR(ReadVocabIds(*vocab_it));
+  RETURN_IF_ERROR(ReadAddedTokens(root));
+  RETURN_IF_ERROR(FillTokenBytes());
+  RETURN_IF_ERROR(ReadUnkToken(model));
+  RETURN_IF_ERROR(ReadMerges(model));
+  RETURN_IF_ERROR(CheckNormalizer(root));
+  RETURN_IF_ERROR(ReadPreTokenizer(root));
+  RETURN_IF_ERROR(CheckDecoder(root));
+  // Added tokens last: they override any model.vocab entry with their id.
+  BuildAddedTokenTrie();
+  return absl::OkStatus();
+}
+
+// model.type, and the BPE options: the unsupported ones must be off.
+absl::Status BpeTokenizer::Loader::ReadModelOptions(const json& model) {
+  std::string type;
+  RETURN_IF_ERROR(ReadString(model, "type", "model", &type));
+  if (!type.empty() && type != "BPE") {
+    return Bad(absl::StrCat("model.type is '", Clip(type), "'; only 'BPE' is supported"));
+  }
+  if (auto it = model.find("dropout");
+      it != model.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0)) {
+    return Bad(absl::StrCat("model.dropout is ", Show(*it), "; BPE dropout is not supported"));
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    std::string value;
+    RETURN_IF_ERROR(ReadString(model, key, "model", &value));
+    if (!value.empty()) return Bad(absl::StrCat("model.", key, " is '", Clip(value), "'; it is not supported"));
+  }
+  bool byte_fallback = false;
+  RETURN_IF_ERROR(ReadBool(model, "byte_fallback", "model", false, &byte_fallback));
+  if (byte_fallback) return Bad("model.byte_fallback is true; it is not supported (use a ByteLevel tokenizer)");
+  RETURN_IF_ERROR(ReadBool(model, "ignore_merges", "model", false, &tok.ignore_merges_));
+  return ReadBool(model, "fuse_unk", "model", false, &tok.fuse_unk_);
+}
+
+// Pass 1 over model.vocab: ids and the text -> id map the merges are
+// written in.
+absl::Status BpeTokenizer::Loader::ReadVocabIds(const json& vocab) {
+  if (!vocab.is_object()) return Bad(absl::StrCat("model.vocab must be an object {token: id}, found ", Show(vocab)));
+  if (vocab.empty()) return Bad("model.vocab is empty");
+  text_to_id.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    uint32_t id;
+    RETURN_IF_ERROR(ReadId(it.value(), absl::StrCat("model.vocab['", Clip(it.key()), "']"), &id));
+    text_to_id.emplace(it.key(), id);
+    max_vocab_id = std::max(max_vocab_id, id);
+  }
+  max_id = max_vocab_id;
+  return absl::OkStatus();
+}
+
+// added_tokens (ids may extend past model.vocab).
+absl::Status BpeTokenizer::Loader::ReadAddedTokens(const json& root) {
+  auto it = root.find("added_tokens");
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array()) return Bad(absl::StrCat("added_tokens must be an array, found ", Show(*it)));
+  for (size_t i = 0; i < it->size(); ++i) {
+    RETURN_IF_ERROR(ReadAddedToken((*it)[i], absl::StrCat("added_tokens[", i, "]")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::Loader::ReadAddedToken(const json& t, const std::string& where) {
+  if (!t.is_object()) return Bad(absl::StrCat(where, " must be an object, found ", Show(t)));
+  AddedToken added;
+  auto id_it = t.find("id");
+  if (id_it == t.end()) return Bad(absl::StrCat(where, ".id is missing"));
+  RETURN_IF_ERROR(ReadId(*id_it, where + ".id", &added.id));
+  RETURN_IF_ERROR(ReadString(t, "content", where, &added.content));
+  if (added.content.empty()) return Bad(absl::StrCat(where, ".content is missing or empty"));
+  if (FirstInvalidUtf8(added.content) != absl::string_view::npos) {
+    return Bad(absl::StrCat(where, ".content is not valid UTF-8"));
+  }
+  RETURN_IF_ERROR(ReadBool(t, "special", where, false, &added.special));
+  RETURN_IF_ERROR(ReadBool(t, "lstrip", where, false, &added.lstrip));
+  RETURN_IF_ERROR(ReadBool(t, "rstrip", where, false, &added.rstrip));
+  max_id = std::max(max_id, added.id);
+  tok.added_.push_back(std::move(added));
+  return absl::OkStatus();
+}
+
+// Pass 2: per-id bytes. A token written in GPT-2 characters decodes to the
+// bytes they stand for; one with any other character decodes to its own
+// UTF-8, as HF's ByteLevel decoder does, and encode never reaches it.
+absl::Status BpeTokenizer::Loader::FillTokenBytes() {
+  const std::array<int, 324> char_to_byte = CodePointToByte();
+  tok.token_bytes_.assign(static_cast<size_t>(max_id) + 1, std::string());
+  tok.special_.assign(static_cast<size_t>(max_id) + 1, false);
+  std::vector<bool> seen(static_cast<size_t>(max_vocab_id) + 1, false);
+  for (const auto& [text, id] : text_to_id) {
+    if (seen[id]) return Bad(absl::StrCat("model.vocab gives id ", id, " to more than one token"));
+    seen[id] = true;
+    std::string bytes;
+    bool byte_level = true;
+    for (size_t pos = 0; pos < text.size();) {
+      uint32_t cp;
+      const size_t len = DecodeUtf8(text, pos, &cp);
+      if (len == 0) return Bad(absl::StrCat("model.vocab token with id ", id, " is not valid UTF-8"));
+      if (cp >= char_to_byte.size() || char_to_byte[cp] < 0) {
+        byte_level = false;
+        break;
+      }
+      bytes.push_back(static_cast<char>(char_to_byte[cp]));
+      pos += len;
+    }
+    if (!byte_level) {
+      tok.token_bytes_[id] = std::string(text);
+      continue;
+    }
+    if (bytes.size() == 1) tok.byte_id_[static_cast<unsigned char>(bytes[0])] = id;
+    tok.token_bytes_[id] = bytes;
+    tok.bytes_to_id_.emplace(std::move(bytes), id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::Loader::ReadUnkToken(const json& model) {
+  std::string unk;
+  RETURN_IF_ERROR(ReadString(model, "unk_token", "model", &unk));
+  if (unk.empty()) return absl::OkStatus();
+  auto it = text_to_id.find(unk);
+  if (it == text_to_id.end()) return Bad(absl::StrCat("model.unk_token '", Clip(unk), "' is not in model.vocab"));
+  tok.unk_id_ = it->second;
+  return absl::OkStatus();
+}
+
+// model.merges: "a b" strings or [a, b] pairs; rank = position.
+absl::Status BpeTokenizer::Loader::ReadMerges(const json& model) {
+  auto merges_it = model.find("merges");
+  if (merges_it == model.end()) return Bad("model.merges is missing (an empty list is allowed)");
+  if (!merges_it->is_array()) return Bad(absl::StrCat("model.merges must be an array, found ", Show(*merges_it)));
+  tok.merges_.reserve(merges_it->size());
+  std::string joined;
+  for (size_t rank = 0; rank < merges_it->size(); ++rank) {
+    RETURN_IF_ERROR(ReadMerge((*merges_it)[rank], rank, joined));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::Loader::ReadMerge(const json& m, size_t rank, std::string& joined) {
+  const std::string where = absl::StrCat("model.merges[", rank, "]");
+  absl::string_view left, right;
+  if (m.is_string()) {
+    const std::string& s = m.get_ref<const std::string&>();
+    const size_t space = s.find(' ');
+    // Exactly one space, as HF requires.
+    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+      return Bad(absl::StrCat(where, " is ", Show(m), "; expected two tokens separated by one space"));
+    }
+    left = absl::string_view(s).substr(0, space);
+    right = absl::string_view(s).substr(space + 1);
+  } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+    left = m[0].get_ref<const std::string&>();
+    right = m[1].get_ref<const std::string&>();
+  } else {
+    return Bad(absl::StrCat(where, " is ", Show(m), "; expected \"a b\" or [\"a\", \"b\"]"));
+  }
+  auto l = text_to_id.find(left);
+  auto r = text_to_id.find(right);
+  joined.assign(left.data(), left.size());
+  joined.append(right.data(), right.size());
+  auto n = text_to_id.find(joined);
+  for (const auto& [found, part] :
+       {std::make_pair(l != text_to_id.end(), left), std::make_pair(r != text_to_id.end(), right),
+        std::make_pair(n != text_to_id.end(), absl::string_view(joined))}) {
+    if (!found) return Bad(absl::StrCat(where, " (", Show(m), ") uses '", Clip(part), "', which is not in model.vocab"));
+  }
+  // A repeated pair keeps the later rank, as HF's HashMap collect does.
+  tok.merges_[PairKey(l->second, r->second)] = Merge{static_cast<uint32_t>(rank), n->second};
+  return absl::OkStatus();
+}
+
+// normalizer must be null.
+absl::Status BpeTokenizer::Loader::CheckNormalizer(const json& root) {
+  if (auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
+    const std::string what = it->is_object() && it->contains("type") ? Show((*it)["type"]) : Show(*it);
+    return Bad(absl::StrCat("normalizer ", what, " is not supported (only null)"));
+  }
+  return absl::OkStatus();
+}
+
+// decoder must be ByteLevel or null.
+absl::Status BpeTokenizer::Loader::CheckDecoder(const json& root) {
+  if (auto it = root.find("decoder"); it != root.end() && !it->is_null()) {
+    std::string dtype;
+    if (!it->is_object()) return Bad("decoder must be an object");
+    RETURN_IF_ERROR(ReadString(*it, "type", "decoder", &dtype));
+    if (dtype != "ByteLevel") return Bad(absl::StrCat("decoder.type is '", Clip(dtype), "'; only ByteLevel is supported"));
+  }
+  return absl::OkStatus();
+}
+
+// pre_tokenizer: [Split...] then ByteLevel, alone or in a Sequence.
+absl::Status BpeTokenizer::Loader::ReadPreTokenizer(const json& root) {
+  auto pre_it = root.find("pre_tokenizer");
+  if (pre_it == root.end() || !pre_it->is_object()) {
+    return Bad("pre_tokenizer is missing; a byte-level BPE needs a ByteLevel pre-tokenizer");
+  }
+  std::vector<const json*> pre_steps;
+  std::string pre_type;
+  RETURN_IF_ERROR(ReadString(*pre_it, "type", "pre_tokenizer", &pre_type));
+  if (pre_type == "Sequence") {
+    auto list = pre_it->find("pretokenizers");
+    if (list == pre_it->end() || !list->is_array()) return Bad("pre_tokenizer.pretokenizers must be an array");
+    // Encode runs the steps recursively (one frame per step): bound them.
+    if (list->size() > kMaxPreTokenizerSteps) {
+      return Bad(absl::StrCat("pre_tokenizer.pretokenizers has ", list->size(), " steps, at most ",
+                              kMaxPreTokenizerSteps, " are supported"));
+    }
+    for (const json& p : *list) pre_steps.push_back(&p);
+  } else {
+    pre_steps.push_back(&*pre_it);
+  }
+  bool have_byte_level = false;
+  for (size_t i = 0; i < pre_steps.size(); ++i) {
+    const std::string where =
+        pre_type == "Sequence" ? absl::StrCat("pre_tokenizer.pretokenizers[", i, "]") : std::string("pre_tokenizer");
+    RETURN_IF_ERROR(ReadPreTokenizerStep(*pre_steps[i], where, have_byte_level));
+  }
+  if (!have_byte_level) return Bad("pre_tokenizer has no ByteLevel step; only byte-level BPE is supported");
+  return absl::OkStatus();
+}
+
+// One Split (behavior Isolated, a Regex or String pattern) or ByteLevel step.
+absl::Status BpeTokenizer::Loader::ReadPreTokenizerStep(const json& p, const std::string& where,
+                                                        bool& have_byte_level) {
+  if (!p.is_object()) return Bad(absl::StrCat(where, " must be an object"));
+  std::string ptype;
+  RETURN_IF_ERROR(ReadString(p, "type", where, &ptype));
+  if (have_byte_level) return Bad(absl::StrCat(where, " (", Clip(ptype), ") after ByteLevel is not supported"));
+  Step step;
+  std::string pattern;
+  uint32_t options = PCRE2_UTF | PCRE2_UCP;
+  if (ptype == "Split") {
+    std::string behavior;
+    RETURN_IF_ERROR(ReadString(p, "behavior", where, &behavior));
+    if (behavior != "Isolated") {
+      return Bad(absl::StrCat(where, ".behavior is '", Clip(behavior), "'; only 'Isolated' is supported"));
+    }
+    bool invert = false;
+    RETURN_IF_ERROR(ReadBool(p, "invert", where, false, &invert));
+    if (invert) return Bad(absl::StrCat(where, ".invert is true; it is not supported"));
+    auto pat = p.find("pattern");
+    if (pat != p.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string()) {
+      pattern = (*pat)["Regex"].get<std::string>();
+    } else if (pat != p.end() && pat->is_object() && pat->contains("String") && (*pat)["String"].is_string()) {
+      pattern = (*pat)["String"].get<std::string>();
+      options = PCRE2_UTF | PCRE2_LITERAL;  // PCRE2 refuses UCP with LITERAL
+    } else {
+      return Bad(absl::StrCat(where, ".pattern must be {\"Regex\": ...} or {\"String\": ...}"));
+    }
+    if (pattern.empty()) return Bad(absl::StrCat(where, ".pattern is empty"));
+    step.kind = Step::Kind::kSplit;
+  } else if (ptype == "ByteLevel") {
+    bool use_regex = true;
+    RETURN_IF_ERROR(ReadBool(p, "use_regex", where, true, &use_regex));
+    RETURN_IF_ERROR(ReadBool(p, "add_prefix_space", where, false, &step.add_prefix_space));
+    if (use_regex) pattern = kGpt2Pattern;
+    step.kind = Step::Kind::kByteLevel;
+    have_byte_level = true;
+  } else {
+    return Bad(absl::StrCat(where, ".type is '", Clip(ptype), "'; only Split and ByteLevel are supported"));
+  }
+  if (!pattern.empty()) {
+    ASSIGN_OR_RETURN(step.regex, CompilePattern(std::move(pattern), options, where));
+  }
+  tok.steps_.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer::Regex>> BpeTokenizer::Loader::CompilePattern(
+    std::string pattern, uint32_t options, const std::string& where) {
+  if ((options & PCRE2_LITERAL) == 0) pattern = WithOnigurumaSpaces(pattern);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    return Bad(absl::StrCat(where, ".pattern does not compile at offset ", offset, ": ",
+                            reinterpret_cast<const char*>(message)));
+  }
+  auto regex = std::make_unique<Regex>();
+  regex->code = code;
+  // JIT is ~10x faster; without it (unsupported CPU) pcre2_match falls back
+  // to the interpreter on its own.
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  return regex;
+}
+
+// Added tokens override any model.vocab entry with their id, and go into the
+// trie Encode cuts them out of the text with.
+void BpeTokenizer::Loader::BuildAddedTokenTrie() {
+  for (size_t i = 0; i < tok.added_.size(); ++i) {
+    const AddedToken& t = tok.added_[i];
+    tok.token_bytes_[t.id] = t.content;
+    tok.special_[t.id] = t.special;
+    if (tok.trie_.empty()) tok.trie_.emplace_back();
+    int32_t node = 0;
+    for (const char c : t.content) {
+      const auto b = static_cast<unsigned char>(c);
+      auto next = tok.trie_[node].next.find(b);
+      if (next == tok.trie_[node].next.end()) {
+        tok.trie_.emplace_back();
+        next = tok.trie_[node].next.emplace(b, static_cast<int32_t>(tok.trie_.size() - 1)).first;
+      }
+      node = next->second;
+    }
+    tok.trie_[node].token = static_cast<int32_t>(i);  // a repeated content: the later entry wins
+    tok.added_first_byte_[static_cast<unsigned char>(t.content[0])] = true;
+  }
 }
 
 int32_t BpeTokenizer::MatchAdded(absl::string_view text, size_t pos) const {

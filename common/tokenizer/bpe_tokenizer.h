@@ -96,6 +96,7 @@ class BpeTokenizer : public Tokenizer {
   struct Regex;    // a compiled PCRE2 pattern (JIT when available)
   struct Step;     // one pre-tokenizer step
   struct Scratch;  // per-call buffers and word cache
+  struct Loader;   // Load's steps, one per part of tokenizer.json
   struct Merge {
     uint32_t rank;
     uint32_t new_id;
@@ -115,6 +116,8 @@ class BpeTokenizer : public Tokenizer {
   BpeTokenizer();
 
   absl::Status Load(absl::string_view json_text, int64_t vocab_size);
+  // The model's output size against model.vocab's (Load's last check).
+  absl::Status SetVocabSize(int64_t vocab_size, int64_t max_vocab);
   // Runs pre-tokenizer steps [step, end) on `piece`, then BPE.
   absl::Status PreTokenize(size_t step, absl::string_view piece, Scratch& scratch, std::vector<uint32_t>& out) const;
   // BPE on one pre-token (raw bytes), with the per-call cache.
