@@ -1,4 +1,4 @@
-# The chaos suite (tests/chaos/, issue 12): the serving stack as separate
+# The chaos suite (tests/chaos/, docs/reliability.md): the serving stack as separate
 # processes under load, kill -9/restart and SIGSTOP/SIGCONT of workers, and
 # hand-off faults (PDSERVE_FAULT_HANDOFF). CI size: N=300 on the tiny model,
 # N=60 on the small one. Larger runs: tests/chaos/chaos.sh --build DIR --n 5000.

@@ -1,4 +1,4 @@
-# libFuzzer targets (tests/fuzz/, issue 12 §4): every target for 30 s on its
+# libFuzzer targets (tests/fuzz/, docs/reliability.md): every target for 30 s on its
 # checked-in seed corpus, ASan + UBSan, from scripts/fuzz.sh. The fuzz tree is
 # a separate clang build (build-fuzz/, configured and built by the script on
 # first use, a few minutes on 2 cores). Fails on any crash, leak, timeout,

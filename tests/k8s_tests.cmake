@@ -1,4 +1,4 @@
-# The container image and the Kubernetes manifests (issue 5): tests/k8s/.
+# The container image and the Kubernetes manifests (docs/deploy.md): tests/k8s/.
 # Each test exits 77 (reported as skipped, with the reason) when a tool it
 # needs is missing: kubectl (kustomize), node with the npm packages that
 # scripts/fetch_k8s_schemas.sh installs into .cache/k8s-tools, buildah.

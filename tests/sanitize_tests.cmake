@@ -1,4 +1,4 @@
-# Sanitizers (issue 12, section 3; scripts/sanitize.sh).
+# Sanitizers (docs/reliability.md; scripts/sanitize.sh).
 if(NOT PDSERVE_SANITIZE OR PDSERVE_SANITIZE STREQUAL "OFF")
   # The normal tree: each test configures, builds and runs its own sanitized tree
   # (build-asan/, build-tsan/ next to build/). Labels asan/tsan: part of `ctest -LE gpu`
