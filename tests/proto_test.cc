@@ -1,5 +1,5 @@
 // The public proto's names and numbers are a contract with outside clients
-// (DESIGN.md): this test fails if any of them changes.
+// (docs/design.md): this test fails if any of them changes.
 #include <gtest/gtest.h>
 
 #include "pdserve/internal/v1/worker.grpc.pb.h"

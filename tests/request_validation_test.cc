@@ -136,7 +136,7 @@ TEST_F(RequestValidationTest, PromptPlusNewTokensWithinMaxContext) {
   ExpectInvalid(ids, {"max_context"});
 }
 
-// DESIGN.md and the proto: temperature <= 0 is greedy. Only NaN and
+// docs/design.md and the proto: temperature <= 0 is greedy. Only NaN and
 // infinities are refused.
 TEST_F(RequestValidationTest, TemperatureFiniteAndNegativeIsGreedy) {
   auto nan = Valid();

@@ -1,4 +1,4 @@
-// TrainModel: the GPT-OSS-Lite forward of MODEL_SPEC.md over a batch of
+// TrainModel: the GPT-OSS-Lite forward of docs/model.md over a batch of
 // equal-length sequences [B, T] at positions 0..T-1, built from
 // differentiable ATen ops, for training. The serving `Transformer` (segments,
 // KV caches, fused kernels) is not used here; tests/train_model_test.cc holds
@@ -18,7 +18,7 @@ namespace pdserve {
 
 // One trainable tensor and what the optimizer should do with it.
 struct TrainParam {
-  std::string name;  // the checkpoint name (MODEL_SPEC.md)
+  std::string name;  // the checkpoint name (docs/model.md)
   at::Tensor tensor; // fp32, requires grad
   bool decay;        // weight decay applies (matmul weights only)
 };

@@ -1,6 +1,6 @@
 // The pdserve-train loop: AdamW with linear warmup and cosine decay, global
 // gradient clipping, the routers' load-balancing loss, checkpoints in the
-// MODEL_SPEC.md safetensors layout every N steps (written atomically, with
+// docs/model.md safetensors layout every N steps (written atomically, with
 // the optimizer state, so an interrupted run loses only the steps since the
 // last one), --resume, a progress line and CSV logs, and an evaluation set
 // drawn from its own seeds.

@@ -1,4 +1,4 @@
-// Token sampling exactly as MODEL_SPEC.md "Sampling" pins it. No LibTorch:
+// Token sampling exactly as docs/model.md "Sampling" pins it. No LibTorch:
 // works on a row of fp32 logits.
 #pragma once
 

@@ -1,6 +1,6 @@
 // KvHandoffState: exactly what a prefill worker hands to a decode worker
-// (MODEL_SPEC.md, last paragraph). Plain tensors; the wire format lives in
-// common/handoff/.
+// (docs/model.md, "KV cache and the prefill-to-decode hand-off"). Plain
+// tensors; the wire format lives in common/handoff/.
 #pragma once
 
 #include <cstdint>

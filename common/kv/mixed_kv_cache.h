@@ -1,4 +1,5 @@
-// MixedKVCache (MODEL_SPEC.md, "KV cache"): a ring of `window` rows for each
+// MixedKVCache (docs/model.md, "KV cache and the prefill-to-decode
+// hand-off"): a ring of `window` rows for each
 // windowed layer and a growing array for each global layer. Stores rotated K
 // and V, [rows, n_kv_heads, head_dim], in fp32 or bf16.
 #pragma once
@@ -19,7 +20,7 @@ enum class KvDtype { kF32, kBF16 };
 
 struct KvCacheOptions {
   KvDtype dtype = KvDtype::kF32;
-  // Global layers never hold more rows than this (MODEL_SPEC.md default).
+  // Global layers never hold more rows than this (docs/model.md default).
   int64_t max_tokens = 4'000'000;
 };
 

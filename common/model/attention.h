@@ -1,4 +1,4 @@
-// Attention with sinks, GQA and an optional sliding window (MODEL_SPEC.md,
+// Attention with sinks, GQA and an optional sliding window (docs/model.md,
 // "Attention"). Pure tensor functions, differentiable.
 #pragma once
 

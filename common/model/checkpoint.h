@@ -1,4 +1,4 @@
-// Checkpoint directories: `config.json` + `model.safetensors` (MODEL_SPEC.md,
+// Checkpoint directories: `config.json` + `model.safetensors` (docs/model.md,
 // "Checkpoint"). Loading validates every tensor's name, shape and dtype
 // before converting anything.
 #pragma once

@@ -1,5 +1,5 @@
-// ModelConfig: the GPT-OSS-Lite hyper-parameters (MODEL_SPEC.md, "Default
-// configuration"), parsed from JSON and validated. No LibTorch here.
+// ModelConfig: the GPT-OSS-Lite hyper-parameters (docs/model.md,
+// "Configuration"), parsed from JSON and validated. No LibTorch here.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +70,7 @@ struct ModelConfig {
   std::string tokenizer_file;  // for kBpe, relative to the model directory
   std::optional<int64_t> eos_token_id;
 
-  // Layer l is windowed iff l % 2 == 0 (MODEL_SPEC.md).
+  // Layer l is windowed iff l % 2 == 0 (docs/model.md).
   static bool IsWindowed(int64_t layer) { return layer % 2 == 0; }
   int64_t n_rep() const { return n_heads / n_kv_heads; }
   int64_t NumWindowedLayers() const { return (n_layers + 1) / 2; }

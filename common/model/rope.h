@@ -1,4 +1,4 @@
-// RoPE with YaRN scaling (MODEL_SPEC.md, "RoPE with YaRN"): half-split pairs,
+// RoPE with YaRN scaling (docs/model.md, "RoPE with YaRN"): half-split pairs,
 // identity pairs on global layers, absolute positions.
 //
 // Two ways to get cos/sin that give bit-identical numbers, because both call

@@ -1,4 +1,4 @@
-// SamplingParams: how a generation picks its tokens (MODEL_SPEC.md,
+// SamplingParams: how a generation picks its tokens (docs/model.md,
 // "Sampling"). A plain struct, so that every layer can carry it; the
 // sampler itself is common/engine/sampler.h.
 #pragma once

@@ -1,4 +1,4 @@
-// Transformer: the GPT-OSS-Lite forward pass (MODEL_SPEC.md, "Forward pass")
+// Transformer: the GPT-OSS-Lite forward pass (docs/model.md, "Forward pass")
 // over one or more sequences at once. Every op is an ATen op, so the same
 // code trains under autograd when the weights require grad.
 #pragma once

@@ -1,5 +1,5 @@
 // ModelWeights: the tensors of one GPT-OSS-Lite model, named and shaped as
-// MODEL_SPEC.md's checkpoint table. The single place that knows those names.
+// docs/model.md's checkpoint table. The single place that knows those names.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ struct NamedTensor {
   bool is_matmul_weight;  // may be stored in bf16 for compute
 };
 
-// Every tensor MODEL_SPEC.md names for `w.config`, in checkpoint order, with
+// Every tensor docs/model.md names for `w.config`, in checkpoint order, with
 // pointers into `w` (resizes w.layers / shared vectors as needed).
 std::vector<NamedTensor> NamedTensors(ModelWeights* w);
 

@@ -19,7 +19,7 @@ namespace pdserve {
 
 // InvalidArgument naming `field` (e.g. "sampling") and the value when
 // temperature or top_p is NaN or infinite, or top_p is outside [0, 1].
-// temperature <= 0 is greedy (DESIGN.md), so negative values are valid.
+// temperature <= 0 is greedy (docs/design.md), so negative values are valid.
 absl::Status ValidateSampling(const pdserve::v1::SamplingParams& sampling, absl::string_view field);
 
 // The sampling fields the engine uses (max_new_tokens, stop and ignore_eos

@@ -1,4 +1,4 @@
-// ByteTokenizer: the "byte" tokenizer of MODEL_SPEC.md. Ids 0-255 are the
+// ByteTokenizer: the "byte" tokenizer of docs/model.md. Ids 0-255 are the
 // bytes of the UTF-8 text; ids >= 256 exist in the vocabulary (the model may
 // sample them) but decode to no text.
 #pragma once

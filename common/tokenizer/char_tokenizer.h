@@ -1,4 +1,4 @@
-// CharTokenizer: the "char" tokenizer of MODEL_SPEC.md. One id per Unicode
+// CharTokenizer: the "char" tokenizer of docs/model.md. One id per Unicode
 // code point, `code point mod vocab_size`.
 //
 // Lossy by design: code points at or above vocab_size share ids with smaller

@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const ModelConfig& conf
       if (config.tokenizer_file.empty()) {
         return absl::InvalidArgumentError("config field 'tokenizer.file' is required when tokenizer.type is 'bpe'");
       }
-      // The file is relative to the model directory (MODEL_SPEC.md).
+      // The file is relative to the model directory (docs/model.md).
       const std::string path =
           model_dir.empty() ? config.tokenizer_file : absl::StrCat(model_dir, "/", config.tokenizer_file);
       absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromFile(path, config.vocab_size);

@@ -1,4 +1,4 @@
-// Tokenizer: the text <-> id mapping a model config selects (MODEL_SPEC.md,
+// Tokenizer: the text <-> id mapping a model config selects (docs/model.md,
 // "tokenizer"). Workers and clients only see this interface, so the byte,
 // char and BPE variants can be swapped without touching callers.
 #pragma once

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end test of the command-line tools: real binaries, real checkpoints.
-# Checkpoints come from the independent numpy implementation of MODEL_SPEC.md
+# Checkpoints come from the independent numpy implementation of docs/model.md
 # (tests/reference/gpt_oss_lite_ref.py), in F32, BF16 and F16; pdserve must
 # generate exactly the tokens that implementation generates.
 set -euo pipefail

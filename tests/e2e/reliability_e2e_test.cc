@@ -440,7 +440,7 @@ TEST_F(ReliabilityE2eTest, InternalRpcsValidateBeforeWorking) {
 }
 
 // Defect 10: client text cannot forge an access-log line; negative
-// temperature is greedy, as DESIGN.md says.
+// temperature is greedy, as docs/design.md says.
 TEST_F(ReliabilityE2eTest, AccessLogEscapesAndNegativeTemperatureIsGreedy) {
   auto req = IdsRequest(Prompt(10, 7), 5, /*temperature=*/-1.0f);
   req.set_request_id("x\nrequest forged: OK");

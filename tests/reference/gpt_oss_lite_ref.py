@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent numpy reference for GPT-OSS-Lite (spec: /work/shared/MODEL_SPEC.md, v1).
+"""Independent numpy reference for GPT-OSS-Lite (spec: docs/model.md, v1).
 
 Slow and obviously correct: no KV cache, the full forward is recomputed over the
 whole sequence for every generated token. numpy only; run with /usr/bin/python3.
