@@ -6,7 +6,7 @@ resident memory against position. Several CSVs may be given (one line style
 per file, labelled by --label or the file name).
 
 Run with the Debian interpreter, which has matplotlib and numpy:
-  /usr/bin/python3 scripts/plot_decode_bench.py docs/bench/decode_default_f32.csv \
+  /usr/bin/python3 scripts/plot_decode_bench.py docs/bench/decode_default_f32_omp.csv \
       --out docs/bench/decode_default.png
 """
 import argparse

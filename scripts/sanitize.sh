@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sanitized test runs (issue 12, section 3):
+# Sanitized test runs:
 #   scripts/sanitize.sh address   ASan + UBSan (UBSan reports are fatal) in build-asan/:
 #                                 every `unit` test (not the k8s ones), the chaos suite at
 #                                 N=100 (chaos_asan_test, tests/sanitize_tests.cmake) and

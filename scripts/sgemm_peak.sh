@@ -2,7 +2,7 @@
 # This machine's practical fp32 GEMM peak: OpenBLAS sgemm (the system
 # libblas.so.3 that scripts/setup.sh installs) at 2048^3 with 1 and 2
 # threads. The compute ceiling for prefill and large-batch decode
-# (docs/benchmarks.md, issue 6).
+# (docs/benchmarks.md).
 set -euo pipefail
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

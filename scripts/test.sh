@@ -5,15 +5,17 @@
 #      (tests/CMakeLists.txt and tests/*_tests.cmake define them), gtest
 #      binaries in random case order (GTEST_SHUFFLE, seed printed):
 #        unit, e2e        the tests of the tree and the real binaries on
-#                         loopback;
+#                         loopback (router_streams_e2e_test: 2,000
+#                         concurrent streams, ~45 s);
 #        image            k8s_image_build_test: the CPU image built with
 #                         buildah and served from (~5 min with its layer
 #                         cache in .cache/buildah, ~15 min cold);
 #        asan             asan_test: ASan + UBSan tree build-asan/, its unit
 #                         tests, chaos at N=100, reliability_e2e_test
 #                         (~8 min including the build);
-#        tsan             tsan_test: TSan tree build-tsan/, worker_pool_test and
-#                         kv_transfer_test (~1.5 min);
+#        tsan             tsan_test: TSan tree build-tsan/, worker_pool_test,
+#                         admission_queue_test, router_service_test,
+#                         kv_transfer_test (~2 min including the build);
 #        fuzz             fuzz_smoke_test: every libFuzzer target 30 s on its
 #                         corpus in build-fuzz/ (~3 min);
 #        chaos            chaos_tiny_test, chaos_small_test: kill/stop/fault
