@@ -121,35 +121,61 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
     reactor->Finish(bad);
     return reactor;
   }
+  std::vector<Job> cancelled;
+  grpc::Status refused = grpc::Status::OK;
   {
     absl::MutexLock lock(&mu_);
+    cancelled = TakeCancelledLocked();
     if (stopping_) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the prefill worker is shutting down"));
-      return reactor;
-    }
-    if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+      refused = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the prefill worker is shutting down");
+    } else if (static_cast<int>(queue_.size()) >= options_.max_queue) {
       queue_rejections_->Increment();
       RequestsCounter(grpc::StatusCode::RESOURCE_EXHAUSTED)->Increment();
-      reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                   absl::StrCat("prefill queue full (", queue_.size(), " prompts waiting)")));
-      return reactor;
+      refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat("prefill queue full (", queue_.size(), " prompts waiting)"));
+    } else {
+      queue_.push_back(Job{context, request, response, reactor});
     }
-    queue_.push_back(Job{context, request, response, reactor});
   }
+  FinishCancelled(cancelled);
+  if (!refused.ok()) reactor->Finish(refused);
   return reactor;
+}
+
+std::vector<PrefillService::Job> PrefillService::TakeCancelledLocked() {
+  std::vector<Job> cancelled;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!it->context->IsCancelled()) {
+      ++it;
+      continue;
+    }
+    cancelled.push_back(*it);
+    it = queue_.erase(it);
+  }
+  return cancelled;
+}
+
+void PrefillService::FinishCancelled(const std::vector<Job>& jobs) {
+  for (const Job& j : jobs) {
+    RequestsCounter(grpc::StatusCode::CANCELLED)->Increment();
+    j.reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued"));
+  }
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* context,
                                                   const internal::v1::GetLoadRequest* request,
                                                   internal::v1::GetLoadResponse* response) {
+  std::vector<Job> cancelled;
   {
     absl::MutexLock lock(&mu_);
+    cancelled = TakeCancelledLocked();
     response->set_active_sequences(running_);
     response->set_queued_requests(static_cast<uint32_t>(queue_.size()));
     response->set_kv_bytes_used(kv_bytes_);
     response->set_kv_bytes_allocated(kv_bytes_);
     response->set_model_fingerprint(options_.model_fingerprint);
   }
+  FinishCancelled(cancelled);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

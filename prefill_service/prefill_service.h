@@ -1,5 +1,8 @@
 // PrefillService: the PrefillWorker gRPC service. Prompts wait in a bounded
-// queue (full: RESOURCE_EXHAUSTED) for an executor thread, which runs
+// queue (full: RESOURCE_EXHAUSTED; a prompt whose caller cancelled or whose
+// deadline passed leaves it at the next Prefill or GetLoad, so that an
+// abandoned call neither holds a slot nor counts as load) for an executor
+// thread, which runs
 // chunked prefill, streams each layer's K/V to the named decode worker as
 // soon as the layer is final, samples the first token (n = 0), commits the
 // hand-off and frees its copy once the decode worker acknowledges. A
@@ -65,6 +68,10 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   };
 
   void ExecutorLoop();
+  // Takes the queued prompts whose caller cancelled or whose deadline
+  // passed out of the queue; the caller finishes them outside mu_.
+  std::vector<Job> TakeCancelledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishCancelled(const std::vector<Job>& jobs);
   void InitMetrics();
   Counter* RequestsCounter(grpc::StatusCode code);
   // Prefill + hand-off of one prompt; fills the response.
