@@ -8,7 +8,9 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "tests/test_util.h"
@@ -61,11 +63,28 @@ TEST_F(EngineTest, ThreadCountDoesNotChangeTheOutput) {
     logits.push_back(*l);
     tokens.push_back(GenerateIds(*engine, SamplingParams{0.8f, 0.9f, 0, 17}, true, 32));
   }
-  EXPECT_EQ(ConfigureThreads(0), cores);
+  ConfigureThreads(0);  // back to the default
   EXPECT_TRUE(at::allclose(logits[0], logits[1], 1e-5, 1e-6))
       << "max diff " << (logits[0] - logits[1]).abs().max().item<float>();
   ASSERT_EQ(tokens[0].size(), 32u);
   EXPECT_EQ(tokens[0], tokens[1]);
+}
+
+// --threads 0 takes OMP_NUM_THREADS when it is a positive count (the k8s
+// manifests and the TSan job set it), else every core.
+TEST_F(EngineTest, ZeroThreadsFollowsOmpNumThreads) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* was = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = was != nullptr ? was : "";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(ConfigureThreads(0), 3);
+  EXPECT_EQ(ConfigureThreads(1), 1);  // an explicit count wins
+  setenv("OMP_NUM_THREADS", "lots", 1);
+  EXPECT_EQ(ConfigureThreads(0), cores);
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(ConfigureThreads(0), cores);
+  if (was != nullptr) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  ConfigureThreads(0);
 }
 
 TEST_F(EngineTest, CachedEqualsNoCacheGreedy) {

@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/cache_layout.h"
 #include "common/util/status_macros.h"
@@ -32,6 +34,13 @@ absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name) {
 }
 
 int ConfigureThreads(int num_threads) {
+  if (num_threads <= 0) {
+    // OMP_NUM_THREADS when it is a positive count (as LibTorch and
+    // llama.cpp read it; the k8s manifests and the TSan job set it).
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    int n = 0;
+    if (omp != nullptr && absl::SimpleAtoi(omp, &n) && n > 0) num_threads = n;
+  }
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(num_threads);
   return at::get_num_threads();

@@ -105,8 +105,9 @@ class Engine {
 absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name);
 absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name);
 
-// Sets LibTorch's intra-op threads (0 = hardware concurrency). Returns the
-// number in effect.
+// Sets LibTorch's intra-op threads (0 = OMP_NUM_THREADS when set to a
+// positive count, else the hardware concurrency). Returns the number in
+// effect.
 int ConfigureThreads(int num_threads);
 
 }  // namespace pdserve

@@ -13,7 +13,7 @@
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
 ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or bf16.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
-ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = all cores.");
+ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
 ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
 
 namespace pdserve {
