@@ -12,10 +12,11 @@
 #                         cache in .cache/buildah, ~15 min cold);
 #        asan             asan_test: ASan + UBSan tree build-asan/, its unit
 #                         tests, chaos at N=100, reliability_e2e_test
-#                         (~8 min including the build);
+#                         (~14 min including the build);
 #        tsan             tsan_test: TSan tree build-tsan/, worker_pool_test,
 #                         admission_queue_test, router_service_test,
-#                         kv_transfer_test (~2 min including the build);
+#                         kv_transfer_test, batch_scheduler_test (~3 min
+#                         including the build);
 #        fuzz             fuzz_smoke_test: every libFuzzer target 30 s on its
 #                         corpus in build-fuzz/ (~3 min);
 #        chaos            chaos_tiny_test, chaos_small_test: kill/stop/fault
