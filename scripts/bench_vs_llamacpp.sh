@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# bench_vs_llamacpp.sh: pdserve side by side with llama.cpp on one machine, one model shape.
+#
+# Not in CI. Run time on 2 cores (Xeon, AVX-512): first run ~35 min of setup (npm fetch, llama.cpp
+# build with -j2 ~25 min, checkpoint + GGUF conversion ~3 min), then per round ~6 min with QUICK=1
+# and ~25 min without (the depth-32768 rows prefill 32768 tokens on each side). The default
+# 2 rounds: ~12 min (QUICK=1) / ~50 min (full) once the cache is warm.
+#
+# Contents (functions, in the order main calls them):
+#   fetch_llama      npm pack node-llama-cpp@$NODE_LLAMA_CPP_VERSION into .cache/llama/, clone the
+#                    llama.cpp git bundle it ships into .cache/llama/src, record the commit
+#   build_llama      llama-bench, llama-batched-bench, llama-quantize, llama-completion, CPU only,
+#                    -DGGML_NATIVE=ON, no GPU backends, -j2, into .cache/llama/build (reused)
+#   build_pdserve    the pdserve benches (build/, ccache)
+#   make_models      a random pdserve checkpoint of $CONFIG, its GGUFs (F32, BF16 by
+#                    scripts/pdserve_to_gguf.py; Q8_0 by llama-quantize), a load check
+#   run_round N      every row, llama.cpp then pdserve, appended to the CSV
+#   report           scripts/bench_vs_llamacpp_report.py: markdown table + PNG
+# Rows: decode batch 1 at depth 32 (F32, BF16), decode at depth 4096 and 32768 (BF16; QUICK=1
+# skips 32768), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
+# (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a).
+# llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
+# depth 32768, which runs fa=on only) and the faster kept; the CSV keeps both.
+#
+# Environment: ROUNDS (2), QUICK (0), THREADS (nproc), OUT_DIR (docs/bench/vs_llamacpp),
+# CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
+# made here), LLAMA_JOBS (2), NODE_LLAMA_CPP_VERSION (pinned below).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=$ROOT/.cache/llama
+NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION:-3.22.1}  # ships llama.cpp de3ff815
+ROUNDS=${ROUNDS:-2}
+QUICK=${QUICK:-0}
+THREADS=${THREADS:-$(nproc)}
+OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/vs_llamacpp}
+CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
+MODEL_DIR=${MODEL_DIR:-$CACHE/models/$(basename "$CONFIG" .json)}
+LLAMA_JOBS=${LLAMA_JOBS:-2}
+PY=/usr/bin/python3  # Debian's: numpy + matplotlib (scripts/setup.sh installs them)
+REPORT=$ROOT/scripts/bench_vs_llamacpp_report.py
+LB=$CACHE/build/bin
+PD=$ROOT/build/bench
+GGUF=$CACHE/models/$(basename "$MODEL_DIR")
+CSV=$OUT_DIR/measurements.csv
+LOGS=$OUT_DIR/logs
+BW_GBS=0
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  echo "Usage: [ROUNDS=2] [QUICK=1] scripts/bench_vs_llamacpp.sh [--help]"
+}
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+fetch_llama() {
+  mkdir -p "$CACHE"
+  if [[ ! -d $CACHE/src/.git ]]; then
+    local tgz=$CACHE/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz
+    [[ -f $tgz ]] || (cd "$CACHE" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >/dev/null)
+    tar -xzf "$tgz" -C "$CACHE" package/llama/gitRelease.bundle package/llama/llama.cpp.info.json
+    git clone -q "$CACHE/package/llama/gitRelease.bundle" "$CACHE/src"
+  fi
+  git -C "$CACHE/src" rev-parse HEAD >"$CACHE/commit"
+  log "llama.cpp $(cut -c1-12 "$CACHE/commit") (node-llama-cpp $NODE_LLAMA_CPP_VERSION)"
+}
+
+build_llama() {
+  if [[ ! -f $CACHE/build/build.ninja ]]; then
+    cmake -S "$CACHE/src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
+      -DGGML_HIP=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+      -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >"$CACHE/cmake.log"
+  fi
+  ninja -C "$CACHE/build" -j"$LLAMA_JOBS" llama-bench llama-batched-bench llama-quantize \
+    llama-completion >"$CACHE/build.log"
+}
+
+build_pdserve() {
+  if [[ ! -f $ROOT/build/build.ninja ]]; then
+    cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null
+  fi
+  ninja -C "$ROOT/build" -j2 pdserve-init-model pdserve-decode-bench pdserve-step-bench \
+    pdserve-ttft-bench >/dev/null
+}
+
+make_models() {
+  if [[ ! -f $MODEL_DIR/model.safetensors ]]; then
+    "$ROOT/build/clients/pdserve-init-model" --config "$CONFIG" --seed 1 --out "$MODEL_DIR" 2>/dev/null
+  fi
+  local t
+  for t in f32 bf16; do
+    [[ -f $GGUF-$t.gguf ]] || PYTHONPATH=$CACHE/src/gguf-py $PY "$ROOT/scripts/pdserve_to_gguf.py" \
+      "$MODEL_DIR" "$GGUF-$t.gguf" --outtype "$t"
+  done
+  [[ -f $GGUF-q8_0.gguf ]] || "$LB/llama-quantize" "$GGUF-f32.gguf" "$GGUF-q8_0.gguf" Q8_0 \
+    >"$CACHE/quantize.log" 2>&1
+  # Load check: llama.cpp generates 4 tokens from the converted model.
+  "$LB/llama-completion" -m "$GGUF-bf16.gguf" -p "hello" -n 4 -t "$THREADS" -no-cnv --temp 0 \
+    >"$CACHE/load_check.log" 2>&1 || { tail -20 "$CACHE/load_check.log"; exit 1; }
+}
+
+pd_int8_supported() { "$PD/pdserve-decode-bench" --help 2>&1 | grep -q int8; }
+
+# record ROUND ROW SIDE TOOL SETTING < "tok/s" lines (one per value)
+record() {
+  local v
+  while read -r v; do
+    [[ -n $v ]] && echo "$1,$2,$3,$4,$5,$v" >>"$CSV"
+  done
+}
+
+# llama_bench ROUND ROW GGUF_TYPE FA_LIST ARGS...: one CSV line per flash-attention setting.
+llama_bench() {
+  local round=$1 row=$2 type=$3 fa=$4
+  shift 4
+  local out=$LOGS/r${round}_${row}_llama.jsonl
+  "$LB/llama-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -fa "$fa" -r 1 -o jsonl "$@" >"$out" 2>/dev/null
+  # ROW may hold %p, replaced by each test's prompt length (one call covers -p 512,4096).
+  $PY "$REPORT" parse llama-bench "$out" "$row" | while read -r name setting ts; do
+    echo "$ts" | record "$round" "$name" llama.cpp llama-bench "fa=$setting"
+  done
+}
+
+# llama_batched ROUND ROW GGUF_TYPE: 16 sequences, 32 prompt + 32 generated tokens each.
+llama_batched() {
+  local round=$1 row=$2 type=$3 fa
+  for fa in on off; do
+    local out=$LOGS/r${round}_${row}_llama_fa$fa.log
+    "$LB/llama-batched-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -c 2048 -b 2048 -ub 512 \
+      -npp 32 -ntg 32 -npl 16 -fa "$fa" --output-format jsonl >"$out" 2>&1
+    $PY "$REPORT" parse batched "$out" | record "$round" "$row" llama.cpp llama-batched-bench "fa=$fa"
+  done
+}
+
+# pd_decode ROUND ROW DTYPE DEPTH NEW: pdserve-decode-bench, batch 1, tok/s over NEW tokens.
+pd_decode() {
+  local round=$1 row=$2 dt=$3 depth=$4 new=$5
+  local out=$LOGS/r${round}_${row}_pd_decode.log bw=(--bw-gbs "$BW_GBS")
+  [[ $BW_GBS == 0 ]] && bw=()
+  "$PD/pdserve-decode-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
+    --threads "$THREADS" --prompt-len "$depth" --new-tokens "$new" --no-cache-max 0 \
+    --parity-tokens "$([[ $depth -le 512 ]] && echo 1 || echo 0)" "${bw[@]}" >"$out" 2>&1
+  if [[ $BW_GBS == 0 ]]; then
+    BW_GBS=$($PY "$REPORT" parse bandwidth "$out")
+    echo "$BW_GBS" | record "$round" bandwidth machine pdserve-decode-bench GB/s
+  fi
+  $PY "$REPORT" parse decode "$out" | record "$round" "$row" pdserve pdserve-decode-bench "kv=bf16"
+}
+
+# pd_step ROUND ROW DTYPE BATCH: pdserve-step-bench (engine DecodeStep), output tok/s.
+pd_step() {
+  local round=$1 row=$2 dt=$3 b=$4 out=$LOGS/r${1}_${2}_pd_step.log
+  "$PD/pdserve-step-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
+    --threads "$THREADS" --batch-sizes "$b" --steps 32 --prompt-len 32 >"$out" 2>&1
+  $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b" "kv=bf16"
+}
+
+# pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens.
+pd_prefill() {
+  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd.csv len ts
+  "$PD/pdserve-ttft-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
+    --threads "$THREADS" --prompt-lens 512,4096 --trials 1 --csv-out "$out" >/dev/null 2>&1
+  $PY "$REPORT" parse ttft "$out" | while read -r len ts; do
+    echo "$ts" | record "$round" "prefill_${len}_$dt" pdserve pdserve-ttft-bench "kv=bf16"
+  done
+}
+
+run_decode_rows() {
+  local r=$1 dt
+  for dt in f32 bf16; do
+    llama_bench "$r" "decode_d32_$dt" "$dt" on,off -p 0 -n 64 -d 32
+    pd_decode "$r" "decode_d32_$dt" "$dt" 32 64
+    pd_step "$r" "decode_d32_$dt" "$dt" 1
+  done
+  llama_bench "$r" decode_d4096_bf16 bf16 on,off -p 0 -n 32 -d 4096
+  pd_decode "$r" decode_d4096_bf16 bf16 4096 32
+  if [[ $QUICK != 1 ]]; then
+    llama_bench "$r" decode_d32768_bf16 bf16 on -p 0 -n 32 -d 32768
+    pd_decode "$r" decode_d32768_bf16 bf16 32768 32
+  fi
+  llama_batched "$r" decode_b16_bf16 bf16
+  pd_step "$r" decode_b16_bf16 bf16 16
+}
+
+run_prefill_rows() {
+  local r=$1 dt
+  for dt in f32 bf16; do
+    llama_bench "$r" "prefill_%p_$dt" "$dt" on,off -p 512,4096 -n 0
+    pd_prefill "$r" "$dt"
+  done
+}
+
+run_int8_rows() {
+  local r=$1
+  llama_bench "$r" decode_d32_q8 q8_0 on,off -p 0 -n 64 -d 32
+  llama_batched "$r" decode_b16_q8 q8_0
+  llama_bench "$r" prefill_512_q8 q8_0 on,off -p 512 -n 0
+  if pd_int8_supported; then
+    pd_decode "$r" decode_d32_q8 int8 32 64
+    pd_step "$r" decode_b16_q8 int8 16
+  fi
+}
+
+run_round() {
+  log "round $1: decode rows"
+  run_decode_rows "$1"
+  log "round $1: prefill rows"
+  run_prefill_rows "$1"
+  log "round $1: Q8_0 / int8 rows"
+  run_int8_rows "$1"
+}
+
+report() {
+  $PY "$REPORT" report --csv "$CSV" --config "$MODEL_DIR/config.json" --out-dir "$OUT_DIR" \
+    --llama-commit "$(cat "$CACHE/commit")" --node-llama-cpp "$NODE_LLAMA_CPP_VERSION" \
+    --threads "$THREADS" --rounds "$ROUNDS" --quick "$QUICK" --int8 "$(pd_int8_supported && echo 1 || echo 0)" \
+    --seconds "$SECONDS"
+}
+
+main() {
+  if [[ ${1:-} == -h || ${1:-} == --help ]]; then usage; exit 0; fi
+  [[ $# -eq 0 ]] || { usage >&2; exit 2; }
+  fetch_llama
+  log "building llama.cpp (CPU only, -j$LLAMA_JOBS)"
+  build_llama
+  build_pdserve
+  log "models: $MODEL_DIR -> $GGUF-{f32,bf16,q8_0}.gguf"
+  make_models
+  mkdir -p "$OUT_DIR" "$LOGS"
+  echo "round,row,side,tool,setting,value" >"$CSV"
+  SECONDS=0
+  local r
+  for ((r = 1; r <= ROUNDS; r++)); do run_round "$r"; done
+  report
+  log "wrote $OUT_DIR/{table.md,measurements.csv,decode_vs_depth.png} in ${SECONDS}s"
+}
+
+main "$@"
