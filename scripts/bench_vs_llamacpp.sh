@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench_vs_llamacpp.sh: pdserve side by side with llama.cpp on one machine, one model shape.
 #
-# Not in CI. Run time on 2 cores (Xeon, AVX-512): first run ~35 min of setup (npm fetch, llama.cpp
-# build with -j2 ~25 min, checkpoint + GGUF conversion ~3 min), then per round ~6 min with QUICK=1
-# and ~25 min without (the depth-32768 rows prefill 32768 tokens on each side). The default
-# 2 rounds: ~12 min (QUICK=1) / ~50 min (full) once the cache is warm.
+# Not in CI. Run time (2 cores): setup once ~30 min (npm fetch 3 s; llama.cpp build with -j2
+# 24 min on a busy machine; 502M checkpoint 40 s, its F32 + BF16 GGUFs 1.5 min, Q8_0 35 s).
+# Measuring: CONFIG=configs/small.json QUICK=1 ROUNDS=2 THREADS=1 took 7 min on a busy machine;
+# the default 502M model is ~20x the bytes: expect ~10 min a round with QUICK=1 on a quiet machine
+# (mostly the 4096-token prefills of both sides) and ~25 min without (depth 32768 prefills 32768
+# tokens on each side), so the default 2 rounds take ~20 min (QUICK=1) to ~50 min.
 #
 # Contents (functions, in the order main calls them):
 #   fetch_llama      npm pack node-llama-cpp@$NODE_LLAMA_CPP_VERSION into .cache/llama/, clone the
@@ -22,7 +24,9 @@
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
 # depth 32768, which runs fa=on only) and the faster kept; the CSV keeps both.
 #
-# Environment: ROUNDS (2), QUICK (0), THREADS (nproc), OUT_DIR (docs/bench/vs_llamacpp),
+# Environment: ROUNDS (2), QUICK (0), ROWS ("decode prefill int8": the groups to run),
+# THREADS (nproc; on a busy machine 1 avoids the spin-wait collapse of 2 OpenMP threads on 2 shared
+# cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (docs/bench/vs_llamacpp),
 # CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
 # made here), LLAMA_JOBS (2), NODE_LLAMA_CPP_VERSION (pinned below).
 set -euo pipefail
@@ -32,6 +36,7 @@ CACHE=$ROOT/.cache/llama
 NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION:-3.22.1}  # ships llama.cpp de3ff815
 ROUNDS=${ROUNDS:-2}
 QUICK=${QUICK:-0}
+ROWS=${ROWS:-decode prefill int8}
 THREADS=${THREADS:-$(nproc)}
 OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/vs_llamacpp}
 CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
@@ -43,7 +48,7 @@ LB=$CACHE/build/bin
 PD=$ROOT/build/bench
 GGUF=$CACHE/models/$(basename "$MODEL_DIR")
 CSV=$OUT_DIR/measurements.csv
-LOGS=$OUT_DIR/logs
+LOGS=$CACHE/logs  # raw tool outputs, kept out of git
 BW_GBS=0
 
 usage() {
@@ -98,7 +103,7 @@ make_models() {
   [[ -f $GGUF-q8_0.gguf ]] || "$LB/llama-quantize" "$GGUF-f32.gguf" "$GGUF-q8_0.gguf" Q8_0 \
     >"$CACHE/quantize.log" 2>&1
   # Load check: llama.cpp generates 4 tokens from the converted model.
-  "$LB/llama-completion" -m "$GGUF-bf16.gguf" -p "hello" -n 4 -t "$THREADS" -no-cnv --temp 0 \
+  "$LB/llama-completion" -m "$GGUF-bf16.gguf" -c 256 -p "hello" -n 4 -t "$THREADS" -no-cnv --temp 0 \
     >"$CACHE/load_check.log" 2>&1 || { tail -20 "$CACHE/load_check.log"; exit 1; }
 }
 
@@ -117,21 +122,29 @@ llama_bench() {
   local round=$1 row=$2 type=$3 fa=$4
   shift 4
   local out=$LOGS/r${round}_${row}_llama.jsonl
-  "$LB/llama-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -fa "$fa" -r 1 -o jsonl "$@" >"$out" 2>/dev/null
-  # ROW may hold %p, replaced by each test's prompt length (one call covers -p 512,4096).
+  "$LB/llama-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -fa "$fa" -r 1 -o jsonl "$@" >"$out" 2>/dev/null ||
+    log "llama-bench failed (exit $?) on $row; see $out"
   $PY "$REPORT" parse llama-bench "$out" "$row" | while read -r name setting ts; do
     echo "$ts" | record "$round" "$name" llama.cpp llama-bench "fa=$setting"
   done
 }
 
-# llama_batched ROUND ROW GGUF_TYPE: 16 sequences, 32 prompt + 32 generated tokens each.
+# llama_batched ROUND ROW GGUF_TYPE METRIC NPP NTG NPL [ARGS...]: llama-batched-bench's S_TG
+# (METRIC tg) or S_PP (pp) for NPL sequences of NPP prompt + NTG generated tokens each.
 llama_batched() {
-  local round=$1 row=$2 type=$3 fa
+  local round=$1 row=$2 type=$3 metric=$4 npp=$5 ntg=$6 npl=$7 fa
+  shift 7
   for fa in on off; do
-    local out=$LOGS/r${round}_${row}_llama_fa$fa.log
-    "$LB/llama-batched-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -c 2048 -b 2048 -ub 512 \
-      -npp 32 -ntg 32 -npl 16 -fa "$fa" --output-format jsonl >"$out" 2>&1
-    $PY "$REPORT" parse batched "$out" | record "$round" "$row" llama.cpp llama-batched-bench "fa=$fa"
+    local out=$LOGS/r${round}_${row}_llama_fa$fa.log try
+    # Its result line goes through llama.cpp's asynchronous logger, which now and then loses it at
+    # exit on a busy machine: up to 3 tries.
+    for try in 1 2 3; do
+      "$LB/llama-batched-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -c 4096 -b 2048 -ub 512 \
+        -npp "$npp" -ntg "$ntg" -npl "$npl" -fa "$fa" --output-format jsonl "$@" >"$out" 2>&1 || true
+      grep -q speed_tg "$out" && break
+    done
+    $PY "$REPORT" parse "batched-$metric" "$out" |
+      record "$round" "$row" llama.cpp "llama-batched-bench B=$npl" "fa=$fa${*:+ $*}"
   done
 }
 
@@ -181,23 +194,44 @@ run_decode_rows() {
     llama_bench "$r" decode_d32768_bf16 bf16 on -p 0 -n 32 -d 32768
     pd_decode "$r" decode_d32768_bf16 bf16 32768 32
   fi
-  llama_batched "$r" decode_b16_bf16 bf16
+  llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
 }
 
 run_prefill_rows() {
   local r=$1 dt
   for dt in f32 bf16; do
-    llama_bench "$r" "prefill_%p_$dt" "$dt" on,off -p 512,4096 -n 0
+    llama_bench "$r" "prefill_512_$dt" "$dt" on,off -p 512 -n 0
+    # llama-bench's warmup of a prompt test is a whole prefill: skipped at 4096 (saves 2 prefills
+    # per dtype; pdserve-ttft-bench too warms up with the 512 prompt only).
+    llama_bench "$r" "prefill_4096_$dt" "$dt" on,off -p 4096 -n 0 --no-warmup
     pd_prefill "$r" "$dt"
   done
 }
 
+# llama.cpp's Q8_0 kernels use AMX tiles where the CPU lists AMX, and SIGILL where the kernel
+# or hypervisor does not enable them (seen on a Xeon VM). Then the Q8_0 rows run through
+# llama-batched-bench with --no-repack (no AMX/repacked buffers; llama-bench has no such flag).
+q8_needs_no_repack() {
+  if [[ -z ${Q8_NR+x} ]]; then
+    Q8_NR=0
+    "$LB/llama-bench" -m "$GGUF-q8_0.gguf" -t 1 -r 1 -p 32 -n 0 >/dev/null 2>&1 || Q8_NR=1
+    [[ $Q8_NR == 1 ]] && log "llama.cpp Q8_0 with AMX/repack fails here: Q8_0 rows use --no-repack"
+  fi
+  [[ $Q8_NR == 1 ]]
+}
+
 run_int8_rows() {
   local r=$1
-  llama_bench "$r" decode_d32_q8 q8_0 on,off -p 0 -n 64 -d 32
-  llama_batched "$r" decode_b16_q8 q8_0
-  llama_bench "$r" prefill_512_q8 q8_0 on,off -p 512 -n 0
+  if q8_needs_no_repack; then
+    llama_batched "$r" decode_d32_q8 q8_0 tg 32 64 1 -nr
+    llama_batched "$r" prefill_512_q8 q8_0 pp 512 1 1 -nr
+    llama_batched "$r" decode_b16_q8 q8_0 tg 32 32 16 -nr
+  else
+    llama_bench "$r" decode_d32_q8 q8_0 on,off -p 0 -n 64 -d 32
+    llama_bench "$r" prefill_512_q8 q8_0 on,off -p 512 -n 0
+    llama_batched "$r" decode_b16_q8 q8_0 tg 32 32 16
+  fi
   if pd_int8_supported; then
     pd_decode "$r" decode_d32_q8 int8 32 64
     pd_step "$r" decode_b16_q8 int8 16
@@ -205,12 +239,11 @@ run_int8_rows() {
 }
 
 run_round() {
-  log "round $1: decode rows"
-  run_decode_rows "$1"
-  log "round $1: prefill rows"
-  run_prefill_rows "$1"
-  log "round $1: Q8_0 / int8 rows"
-  run_int8_rows "$1"
+  local group
+  for group in $ROWS; do
+    log "round $1: $group rows"
+    "run_${group}_rows" "$1"
+  done
 }
 
 report() {
@@ -223,6 +256,8 @@ report() {
 main() {
   if [[ ${1:-} == -h || ${1:-} == --help ]]; then usage; exit 0; fi
   [[ $# -eq 0 ]] || { usage >&2; exit 2; }
+  local g
+  for g in $ROWS; do [[ $g =~ ^(decode|prefill|int8)$ ]] || { echo "ROWS: unknown group '$g'" >&2; exit 2; }; done
   fetch_llama
   log "building llama.cpp (CPU only, -j$LLAMA_JOBS)"
   build_llama

@@ -132,8 +132,9 @@ def write_metadata(w, c, n_experts, n_used):
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
-    w.add_bos_token_id(256 if c["vocab_size"] > 300 else 0)
-    w.add_eos_token_id(int(cfg(c, "eos_token_id", 0) or 0))
+    eos = c.get("eos_token_id")
+    w.add_bos_token_id(c["vocab_size"] - 2)  # placeholders (CONTROL) in a vocabulary above 258
+    w.add_eos_token_id(int(eos) if eos is not None else c["vocab_size"] - 1)
     w.add_add_bos_token(False)
 
 
