@@ -135,10 +135,10 @@ llama_batched() {
   local round=$1 row=$2 type=$3 metric=$4 npp=$5 ntg=$6 npl=$7 fa
   shift 7
   for fa in on off; do
-    local out=$LOGS/r${round}_${row}_llama_fa$fa.log try
+    local out=$LOGS/r${round}_${row}_llama_fa$fa.log _
     # Its result line goes through llama.cpp's asynchronous logger, which now and then loses it at
     # exit on a busy machine: up to 3 tries.
-    for try in 1 2 3; do
+    for _ in 1 2 3; do
       "$LB/llama-batched-bench" -m "$GGUF-$type.gguf" -t "$THREADS" -c 4096 -b 2048 -ub 512 \
         -npp "$npp" -ntg "$ntg" -npl "$npl" -fa "$fa" --output-format jsonl "$@" >"$out" 2>&1 || true
       grep -q speed_tg "$out" && break
