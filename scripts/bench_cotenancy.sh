@@ -11,7 +11,8 @@
 # has loaded its model; the background one runs until the foreground ends.
 # Rounds alternate passive and active (A B A B); ranges are over rounds.
 #
-# Usage: scripts/bench_cotenancy.sh [BUILD_DIR]   (about 3-5 minutes)
+# Usage: scripts/bench_cotenancy.sh [BUILD_DIR]   (3-5 minutes on a quiet machine; the
+#   spinning (active) runs crawl on a loaded one: 29 minutes at load average 10-16)
 # Environment (defaults): MODEL (a 502M checkpoint, written to .cache/ once
 #   from configs/gpt-oss-lite-502m.json), WEIGHTS=bf16, CORES=0,1, ROUNDS=2,
 #   STEPS=48 (timed decode steps), PREFILL_LEN=256, TRIALS=3, CSV (a file).
