@@ -23,6 +23,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
+#include "common/util/omp_env.h"
 
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
 ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");
@@ -47,6 +48,7 @@ double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, int64_t ele
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
                    "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16] [--batch-sizes 1,2,4,8,16,32]\n"

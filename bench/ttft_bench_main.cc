@@ -29,6 +29,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
 #include "common/net/server.h"
+#include "common/util/omp_env.h"
 #include "grpcpp/grpcpp.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 
@@ -337,6 +338,7 @@ void WriteCsv(const std::string& csv, const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   pdserve::InitCli(
       argc, argv,

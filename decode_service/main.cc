@@ -12,6 +12,7 @@
 #include "common/handoff/nccl_kv_receiver.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_flags.h"
 #include "decode_service/decode_service.h"
@@ -61,6 +62,7 @@ void ServeUntilSignal(pdserve::DecodeService* service, pdserve::BatchScheduler* 
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
@@ -71,7 +73,7 @@ int main(int argc, char** argv) {
   if (!options.ok()) pdserve::Die(options.status(), 2);
   // Outlives the server: PushKv reactors receive through it.
   std::unique_ptr<pdserve::NcclKvReceiver> nccl = MakeReceiver();
-  auto loaded = pdserve::LoadEngineFromFlags();
+  auto loaded = pdserve::LoadEngineFromFlags(options->kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
 
   options->model_fingerprint = loaded->fingerprint;

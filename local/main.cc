@@ -21,6 +21,7 @@
 #include "common/handoff/kv_transfer.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_flags.h"
 #include "decode_service/decode_service.h"
@@ -165,13 +166,14 @@ void ServeUntilSignal(pdserve::MetricsRegistry* metrics, Router* router, Prefill
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
                    "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
   LocalOptions options = OptionsFromFlags(&metrics);
-  auto loaded = pdserve::LoadEngineFromFlags();
+  auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
 
   DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);

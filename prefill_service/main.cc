@@ -11,6 +11,7 @@
 #include "common/handoff/kv_transfer.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/omp_env.h"
 #include "prefill_service/prefill_flags.h"
 #include "prefill_service/prefill_service.h"
 
@@ -27,6 +28,7 @@ ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let running prefills finish.");
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   constexpr char kProgram[] = "pdserve-prefill";
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
+#include "common/util/omp_env.h"
 #include "train/train_model.h"
 #include "train/trainer.h"
 
@@ -40,6 +41,7 @@ ABSL_FLAG(std::string, eval_lengths, "", "Comma-separated evaluation prompt leng
                                          "4x that.");
 
 int main(int argc, char** argv) {
+  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "Trains a GPT-OSS-Lite model on synthetic passkey retrieval (LibTorch autograd).\n"
                    "Usage: pdserve-train --config configs/passkey-4l.json --out DIR [--steps N --seed S "

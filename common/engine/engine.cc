@@ -3,12 +3,17 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/engine/memory_estimate.h"
 #include "common/model/cache_layout.h"
+#include "common/util/cpu_features.h"
+#include "common/util/omp_env.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -17,6 +22,20 @@ namespace {
 at::Tensor IdsTensor(const std::vector<int64_t>& ids, size_t begin, size_t end) {
   return at::from_blob(const_cast<int64_t*>(ids.data() + begin), {static_cast<int64_t>(end - begin)}, at::kLong)
       .clone();
+}
+
+// Load's checks before any weight is read: the forced ISA, and the memory
+// estimate against the container's limit (printed either way). A directory
+// without a readable config is left to LoadCheckpoint's errors.
+absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& options) {
+  RETURN_IF_ERROR(HostIsa().status());
+  auto config = LoadModelConfig((std::filesystem::path(dir) / "config.json").string());
+  if (!config.ok()) return absl::OkStatus();
+  const MemoryEstimate estimate =
+      EstimateMemory(*config, options.weights_dtype, options.kv_budget_bytes, options.prefill_chunk);
+  ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
+  std::fprintf(stderr, "pdserve: %s\n", DescribeMemory(estimate, limit).c_str());
+  return CheckMemoryFits(estimate, limit);
 }
 
 }  // namespace
@@ -54,10 +73,14 @@ Engine::Engine(ModelWeights weights, const EngineOptions& options)
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, const EngineOptions& options) {
+  RETURN_IF_ERROR(CheckHostCanLoad(dir, options));
   LoadOptions lo;
   lo.weights_dtype = options.weights_dtype;
   ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
-  return std::unique_ptr<Engine>(new Engine(std::move(w), options));
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));
+  std::fprintf(stderr, "pdserve: %d threads, %s, ISA %s (%s)\n", at::get_num_threads(),
+               OmpWaitPolicySummary().c_str(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures()).c_str());
+  return engine;
 }
 
 std::unique_ptr<Engine> Engine::FromWeights(ModelWeights weights, const EngineOptions& options) {

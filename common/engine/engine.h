@@ -25,6 +25,9 @@ struct EngineOptions {
   KvCacheOptions kv;
   int64_t prefill_chunk = 512;  // tokens per prefill forward
   int num_threads = 0;          // intra-op threads; 0 = all cores
+  // KV bytes the caller may reserve (a decode worker's --kv-budget-mb),
+  // counted in Load's memory check; 0 for none.
+  int64_t kv_budget_bytes = 0;
 };
 
 // One sequence being generated: its cache and its position. The clamped
@@ -55,7 +58,11 @@ struct GenerateRequest {
 
 class Engine {
  public:
-  // Loads a checkpoint directory and sets the intra-op thread count.
+  // Loads a checkpoint directory and sets the intra-op thread count. Before
+  // reading any weight it checks that this CPU can run the kernel path
+  // (PDSERVE_ISA; FailedPrecondition otherwise) and that the memory estimate
+  // fits the container's limit (ResourceExhausted with the numbers), and
+  // prints the estimate, the threads and the OpenMP wait policy on stderr.
   static absl::StatusOr<std::unique_ptr<Engine>> Load(const std::string& dir, const EngineOptions& options = {});
   // Wraps weights already in memory (tests, training).
   static std::unique_ptr<Engine> FromWeights(ModelWeights weights, const EngineOptions& options = {});

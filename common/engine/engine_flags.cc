@@ -47,8 +47,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
   return options;
 }
 
-absl::StatusOr<LoadedEngine> LoadEngineFromFlags() {
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes) {
   ASSIGN_OR_RETURN(EngineFlags flags, EngineFlagsFromCommandLine());
+  flags.options.kv_budget_bytes = kv_budget_bytes;
   LoadedEngine out;
   out.model_dir = flags.model_dir;
   const auto t0 = std::chrono::steady_clock::now();

@@ -46,8 +46,11 @@ struct LoadedEngine {
 };
 
 // EngineFlagsFromCommandLine, then loads the model and runs a one-token
-// prefill plus one decode step. InvalidArgument for bad flag values; the
-// loader's errors (NotFound, DataLoss) otherwise.
-absl::StatusOr<LoadedEngine> LoadEngineFromFlags();
+// prefill plus one decode step. `kv_budget_bytes`: the KV the process may
+// reserve, counted in the load-time memory check. InvalidArgument for bad
+// flag values; the loader's errors (NotFound, DataLoss, ResourceExhausted
+// when the estimate exceeds the memory limit, FailedPrecondition for a
+// PDSERVE_ISA this CPU lacks) otherwise.
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes = 0);
 
 }  // namespace pdserve

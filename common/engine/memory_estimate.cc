@@ -1,0 +1,126 @@
+#include "common/engine/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/model/weights.h"
+
+namespace pdserve {
+namespace {
+
+// Linear's widening buffer holds bf16 weights up to this many elements
+// (kMaxBuffered in common/model/transformer.cc); larger ones (the LM head)
+// get a transient fp32 copy.
+constexpr int64_t kMaxWidenBuffered = int64_t{16} << 20;
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string Bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / double(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / double(int64_t{1} << 20));
+  return absl::StrCat(b, " B");
+}
+
+// The limit in one cgroup file; nullopt-like (-2) when unreadable.
+int64_t ReadCgroupFile(const std::string& path) {
+  std::ifstream f(path);
+  std::string text;
+  if (!f || !(f >> text)) return -2;
+  if (text == "max") return -1;
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v <= 0) return -2;
+  return v >= (int64_t{1} << 60) ? -1 : v;  // v1 says "no limit" with ~2^63
+}
+
+}  // namespace
+
+MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
+                              int64_t prefill_chunk) {
+  MemoryEstimate e;
+  ModelWeights shapes;
+  shapes.config = c;
+  int64_t largest_buffered = 0, unbuffered = 0;
+  for (const NamedTensor& nt : NamedTensors(&shapes)) {
+    const int64_t n = Numel(nt.shape);
+    if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
+      e.weights_bf16_bytes += 2 * n;
+      // Experts are widened one [F, D] slice at a time.
+      const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
+      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, slice);
+      else unbuffered = std::max(unbuffered, slice);
+    } else {
+      e.weights_f32_bytes += 4 * n;
+    }
+  }
+  // One buffer per calling thread (a prefill and a decode worker).
+  e.widened_f32_bytes = 4 * (2 * largest_buffered + unbuffered);
+  e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
+  // fp32 activations of one chunk (residual, norms, q/k/v, attention out,
+  // routed + shared expert hidden), the scores of a chunk against a chunk
+  // plus a window of keys, and the last row's logits; twice for temporaries.
+  const int64_t T = std::max<int64_t>(1, prefill_chunk);
+  const int64_t per_token = 4 * c.d_model + (2 * c.n_heads + 2 * c.n_kv_heads) * c.head_dim +
+                            3 * c.expert_hidden * (c.top_k + c.n_shared_experts) + c.n_experts;
+  const int64_t scores = T * c.n_heads * (T + c.window);
+  e.workspace_bytes = 2 * 4 * (T * per_token + scores + c.vocab_size);
+  return e;
+}
+
+absl::StatusOr<MemoryLimit> ReadMemoryLimit(const char* env_value, const std::vector<std::string>& cgroup_files) {
+  MemoryLimit limit;
+  if (env_value != nullptr && env_value[0] != '\0') {
+    limit.source = kMemoryLimitEnv;
+    const std::string v = absl::AsciiStrToLower(env_value);
+    if (v == "max") return limit;
+    if (!absl::SimpleAtoi(v, &limit.bytes) || limit.bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kMemoryLimitEnv, "='", env_value, "': must be a positive byte count or 'max'"));
+    }
+    return limit;
+  }
+  for (const std::string& path : cgroup_files) {
+    const int64_t v = ReadCgroupFile(path);
+    if (v == -2) continue;
+    limit.bytes = v;
+    limit.source = path;
+    return limit;
+  }
+  return limit;
+}
+
+absl::StatusOr<MemoryLimit> ContainerMemoryLimit() {
+  std::vector<std::string> files;
+  std::ifstream self("/proc/self/cgroup");
+  for (std::string line; std::getline(self, line);) {
+    if (line.rfind("0::", 0) == 0 && line.size() > 4) files.push_back("/sys/fs/cgroup" + line.substr(3) + "/memory.max");
+  }
+  files.push_back("/sys/fs/cgroup/memory.max");
+  files.push_back("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  return ReadMemoryLimit(std::getenv(kMemoryLimitEnv), files);
+}
+
+std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
+  return absl::StrCat("memory estimate ", Bytes(e.total()), ": weights ", Bytes(e.weights_f32_bytes), " f32 + ",
+                      Bytes(e.weights_bf16_bytes), " bf16, f32 copies of bf16 weights ", Bytes(e.widened_f32_bytes),
+                      ", KV budget ", Bytes(e.kv_budget_bytes), ", workspace ", Bytes(e.workspace_bytes), "; limit ",
+                      limit.bytes < 0 ? std::string("none") : Bytes(limit.bytes),
+                      limit.source.empty() ? "" : absl::StrCat(" (", limit.source, ")"));
+}
+
+absl::Status CheckMemoryFits(const MemoryEstimate& e, const MemoryLimit& limit) {
+  if (limit.bytes < 0 || e.total() <= limit.bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the model would not fit the memory limit: ", DescribeMemory(e, limit), " (", e.total(), " > ", limit.bytes,
+      " bytes). Use --weights-dtype bf16, a smaller --kv-budget-mb or --prefill-chunk, or a larger limit"));
+}
+
+}  // namespace pdserve

@@ -1,0 +1,66 @@
+// The engine's memory at load, estimated before any weight is read, against
+// the container's memory limit:
+//   MemoryEstimate / EstimateMemory  weights by dtype, run-time f32 copies of
+//                                    bf16 weights, the KV budget, workspace
+//   MemoryLimit / ReadMemoryLimit    PDSERVE_MEMORY_LIMIT_BYTES, else cgroup
+//                                    v2 memory.max, else v1 limit_in_bytes
+//   CheckMemoryFits                  ResourceExhausted naming the numbers
+//   DescribeMemory                   the one line the engine prints at load
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/checkpoint.h"
+#include "common/model/config.h"
+
+namespace pdserve {
+
+struct MemoryEstimate {
+  int64_t weights_f32_bytes = 0;   // tensors held in fp32
+  int64_t weights_bf16_bytes = 0;  // matmul weights held in bf16
+  // fp32 copies of bf16 weights made while running (the per-thread widening
+  // buffer of Linear and the LM head's transient copy in prefill); 0 in f32.
+  int64_t widened_f32_bytes = 0;
+  int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
+  int64_t workspace_bytes = 0;     // activations of one prefill chunk
+  int64_t total() const {
+    return weights_f32_bytes + weights_bf16_bytes + widened_f32_bytes + kv_budget_bytes + workspace_bytes;
+  }
+};
+
+// From the config's tensor shapes (no file read). `kv_budget_bytes` is the
+// KV the process may hold (the decode worker's --kv-budget-mb; 0 if none).
+MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
+                              int64_t prefill_chunk);
+
+struct MemoryLimit {
+  int64_t bytes = -1;  // -1: no limit
+  std::string source;  // where it came from, e.g. "/sys/fs/cgroup/memory.max"
+};
+
+// The environment variable that overrides the detected limit (a byte count,
+// or "max" for none).
+inline constexpr char kMemoryLimitEnv[] = "PDSERVE_MEMORY_LIMIT_BYTES";
+
+// `env_value` (the override; null when unset) or else the first readable
+// file of `cgroup_files` ("max", or a v1 value >= 2^60, means no limit).
+// InvalidArgument for an override that is not a byte count or "max".
+absl::StatusOr<MemoryLimit> ReadMemoryLimit(const char* env_value, const std::vector<std::string>& cgroup_files);
+
+// ReadMemoryLimit with this process's environment and cgroup: its own v2
+// cgroup's memory.max (from /proc/self/cgroup), /sys/fs/cgroup/memory.max,
+// then v1's /sys/fs/cgroup/memory/memory.limit_in_bytes.
+absl::StatusOr<MemoryLimit> ContainerMemoryLimit();
+
+// OK without a limit or when the estimate fits; ResourceExhausted naming
+// every part of the estimate and the limit otherwise.
+absl::Status CheckMemoryFits(const MemoryEstimate& estimate, const MemoryLimit& limit);
+
+// "memory estimate 2.1 GiB: weights 1.9 GiB f32 + 0 B bf16, ...; limit 8 GiB
+// (/sys/fs/cgroup/memory.max)".
+std::string DescribeMemory(const MemoryEstimate& estimate, const MemoryLimit& limit);
+
+}  // namespace pdserve

@@ -1,0 +1,45 @@
+// OpenMP's wait policy for the binaries that run the engine. libgomp reads
+// OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it loads (before main), and by
+// default its idle threads spin for a while before sleeping: two such
+// processes on the same cores then burn each other's time (decode fell 10x
+// next to another LibTorch process). So these binaries yield by default:
+//   DecideOmpWaitPolicy   the decision, from the environment (pure; tested)
+//   ApplyOmpWaitPolicy    first thing in main: sets OMP_WAIT_POLICY=passive
+//                         and re-executes the binary once when needed
+//   OmpWaitPolicySummary  the policy in effect and who chose it, for logs
+// The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; PDSERVE_OMP_YIELD=0
+// keeps libgomp's default (spinning).
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace pdserve {
+
+// Set on the re-executed process (and removed by it): the loop guard.
+inline constexpr char kOmpReexecEnv[] = "PDSERVE_OMP_REEXEC";
+// "0" opts out of the passive default.
+inline constexpr char kOmpYieldEnv[] = "PDSERVE_OMP_YIELD";
+
+enum class OmpWaitAction {
+  kKeep,         // the environment already decides (or opted out): do nothing
+  kSetPassive,   // set OMP_WAIT_POLICY=passive and re-execute
+};
+
+// kSetPassive when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set,
+// PDSERVE_OMP_YIELD is not "0" and this is not already the re-executed
+// process; kKeep otherwise. `getenv` returns nullptr for an unset variable.
+OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>& getenv);
+
+// Call first in main (before any thread starts; argv as main got it, with
+// argv[argc] == nullptr). On kSetPassive sets OMP_WAIT_POLICY=passive and
+// execs the binary (its /proc/self/exe target, so the process name stays)
+// with the same argv and pid; does not return then. If exec fails it prints
+// one line on stderr, restores the environment and returns.
+void ApplyOmpWaitPolicy(char** argv);
+
+// E.g. "OMP_WAIT_POLICY=passive (pdserve default)", "OMP_WAIT_POLICY=active
+// (environment)", "libgomp default (spin; PDSERVE_OMP_YIELD=0)".
+std::string OmpWaitPolicySummary();
+
+}  // namespace pdserve

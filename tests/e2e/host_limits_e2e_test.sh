@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The engine binaries as a user runs them: OpenMP threads yield by default
+# (OMP_WAIT_POLICY=passive, set by the binary re-executing itself, same pid
+# and process name), the user's setting and the opt-out win; a memory limit
+# the estimate exceeds, and a PDSERVE_ISA the CPU lacks, are one clear error
+# at start with exit status != 0.
+set -euo pipefail
+BUILD=$1
+SRC=$2
+TMP=$(mktemp -d)
+SERVER=
+trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+GEN=$BUILD/clients/pdserve-generate
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT PDSERVE_OMP_YIELD PDSERVE_ISA PDSERVE_MEMORY_LIMIT_BYTES OMP_NUM_THREADS
+"$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 3 --out "$TMP/m" >/dev/null 2>&1
+gen() { "$GEN" --model "$TMP/m" --prompt-ids 1,2,3 --max-new-tokens 4 "$@"; }
+# err_has PATTERN: the last gen's stderr (in $TMP/err) matches.
+err_has() { grep -q -- "$1" "$TMP/err" || fail "no '$1' in: $(cat "$TMP/err")"; }
+
+echo "--- default: passive, set by pdserve; threads as before"
+gen >"$TMP/out" 2>"$TMP/err" || fail "generate: $(cat "$TMP/err")"
+grep -q '"token_ids"' "$TMP/out" || fail "no tokens: $(cat "$TMP/out")"
+grep -q "OMP_WAIT_POLICY=passive (pdserve default)" "$TMP/err" || fail "policy: $(cat "$TMP/err")"
+grep -q "pdserve: $(nproc) threads" "$TMP/err" || fail "threads != $(nproc): $(cat "$TMP/err")"
+gen --threads 1 >/dev/null 2>"$TMP/err"; err_has "pdserve: 1 threads"
+same=$(gen 2>/dev/null)
+[ "$same" == "$(cat "$TMP/out")" ] || fail "tokens differ between runs: $same"
+
+echo "--- the user's setting and the opt-out win"
+OMP_WAIT_POLICY=active gen >/dev/null 2>"$TMP/err"; err_has "OMP_WAIT_POLICY=active (environment)"
+GOMP_SPINCOUNT=1000 gen >/dev/null 2>"$TMP/err"; err_has "GOMP_SPINCOUNT=1000 (environment)"
+PDSERVE_OMP_YIELD=0 gen >/dev/null 2>"$TMP/err"; err_has "libgomp default (spin; PDSERVE_OMP_YIELD=0)"
+[ "$(PDSERVE_OMP_YIELD=0 gen 2>/dev/null)" == "$same" ] || fail "tokens differ with spinning threads"
+
+echo "--- a server: same pid and name after the re-exec, passive in its environment"
+"$BUILD/decode_service/pdserve-decode" --model "$TMP/m" --listen 127.0.0.1:0 --metrics-port -1 \
+  --kv-budget-mb 16 2>"$TMP/decode.err" &
+SERVER=$!
+for _ in $(seq 1 300); do grep -q "threads" "$TMP/decode.err" && break; sleep 0.1; done
+grep -q "OMP_WAIT_POLICY=passive (pdserve default)" "$TMP/decode.err" || fail "decode: $(cat "$TMP/decode.err")"
+[ "$(cat /proc/$SERVER/comm)" == "pdserve-decode" ] || fail "process name $(cat /proc/$SERVER/comm)"
+tr '\0' '\n' </proc/$SERVER/environ >"$TMP/environ"
+grep -qx "OMP_WAIT_POLICY=passive" "$TMP/environ" || fail "environ lacks the policy"
+grep -q "KV budget 16.0 MiB" "$TMP/decode.err" || fail "estimate without the KV budget: $(cat "$TMP/decode.err")"
+kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
+
+echo "--- a memory limit the estimate exceeds is refused with the numbers"
+if PDSERVE_MEMORY_LIMIT_BYTES=1000000 gen >/dev/null 2>"$TMP/err"; then fail "loaded past the limit"; fi
+grep -q "pdserve-generate: error: the model would not fit the memory limit: .* > 1000000 bytes" "$TMP/err" ||
+  fail "unclear refusal: $(cat "$TMP/err")"
+# The decode worker counts its KV budget: 8 MiB fits the tiny model, 4096 MiB does not.
+if PDSERVE_MEMORY_LIMIT_BYTES=$((64 << 20)) "$BUILD/decode_service/pdserve-decode" --model "$TMP/m" \
+     --listen 127.0.0.1:0 --metrics-port -1 --kv-budget-mb 4096 2>"$TMP/err"; then fail "decode loaded past the limit"; fi
+grep -q "error: .*KV budget 4.00 GiB.*limit 64.0 MiB (PDSERVE_MEMORY_LIMIT_BYTES)" "$TMP/err" ||
+  fail "decode refusal: $(cat "$TMP/err")"
+PDSERVE_MEMORY_LIMIT_BYTES=$((64 << 20)) gen >/dev/null 2>&1 || fail "a limit that fits was refused"
+PDSERVE_MEMORY_LIMIT_BYTES=max gen >/dev/null 2>&1 || fail "'max' was refused"
+
+echo "--- a kernel path the CPU lacks is a clear error, not SIGILL"
+if PDSERVE_ISA=sse gen >/dev/null 2>"$TMP/err"; then fail "accepted PDSERVE_ISA=sse"; fi
+grep -q "PDSERVE_ISA=sse: ISA must be avx2, avx512 or amx" "$TMP/err" || fail "unclear: $(cat "$TMP/err")"
+for isa in avx2 avx512 amx; do
+  case $isa in avx2) need="avx2 fma" ;; avx512) need="avx2 fma avx512f avx512bw avx512vl" ;;
+    amx) need="avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16" ;; esac
+  has=1
+  for f in $need; do grep -qw "$f" /proc/cpuinfo || has=0; done
+  if [ $has = 1 ]; then
+    PDSERVE_ISA=$isa gen >/dev/null 2>"$TMP/err" || fail "PDSERVE_ISA=$isa on a CPU that has it: $(cat "$TMP/err")"
+    err_has "ISA $isa ("
+    echo "this CPU has $isa: forced path runs"
+  else
+    if PDSERVE_ISA=$isa gen >/dev/null 2>"$TMP/err"; then fail "PDSERVE_ISA=$isa ran on a CPU without it"; fi
+    grep -q "cannot run the $isa path" "$TMP/err" || fail "unclear: $(cat "$TMP/err")"
+    echo "this CPU lacks $isa: refused at start"
+  fi
+done
+echo PASS

@@ -1,0 +1,130 @@
+// The load-time memory estimate and its refusal (common/engine/memory_estimate.h).
+#include "common/engine/memory_estimate.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/engine/engine.h"
+#include "common/model/checkpoint.h"
+#include "common/model/weights.h"
+
+namespace pdserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig Tiny() {
+  auto c = LoadModelConfig(std::string(PDSERVE_SOURCE_DIR) + "/configs/tiny.json");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+fs::path TempDir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / absl::StrCat("memory_estimate_test_", getpid(), "_", name);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
+  const ModelConfig c = Tiny();
+  const ModelWeights w = RandomWeights(c, 1);
+  const MemoryEstimate f32 = EstimateMemory(c, WeightsDtype::kF32, 0, 512);
+  EXPECT_EQ(f32.weights_f32_bytes, WeightBytes(w));
+  EXPECT_EQ(f32.weights_bf16_bytes, 0);
+  EXPECT_EQ(f32.widened_f32_bytes, 0);
+
+  const fs::path dir = TempDir("bf16");
+  ASSERT_TRUE(SaveCheckpoint(w, dir.string(), StDtype::kF32).ok());
+  LoadOptions lo;
+  lo.weights_dtype = WeightsDtype::kBF16;
+  auto loaded = LoadCheckpoint(dir.string(), lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const MemoryEstimate bf16 = EstimateMemory(c, WeightsDtype::kBF16, 0, 512);
+  EXPECT_EQ(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, WeightBytes(*loaded));
+  EXPECT_GT(bf16.weights_bf16_bytes, 0);
+  EXPECT_LT(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, f32.weights_f32_bytes);
+  // Linear widens bf16 weights into fp32 buffers: at least the largest
+  // matmul weight (the embedding / tied head here) in fp32.
+  EXPECT_GE(bf16.widened_f32_bytes, 4 * c.vocab_size * c.d_model);
+  fs::remove_all(dir);
+}
+
+TEST(MemoryEstimateTest, KvBudgetAndWorkspaceAddUp) {
+  const ModelConfig c = Tiny();
+  const MemoryEstimate a = EstimateMemory(c, WeightsDtype::kF32, 0, 64);
+  const MemoryEstimate b = EstimateMemory(c, WeightsDtype::kF32, int64_t{3} << 20, 64);
+  EXPECT_EQ(b.kv_budget_bytes, int64_t{3} << 20);
+  EXPECT_EQ(b.total() - a.total(), int64_t{3} << 20);
+  EXPECT_GT(a.workspace_bytes, 0);
+  EXPECT_GT(EstimateMemory(c, WeightsDtype::kF32, 0, 512).workspace_bytes, a.workspace_bytes);
+  EXPECT_EQ(a.total(), a.weights_f32_bytes + a.workspace_bytes);
+}
+
+TEST(MemoryEstimateTest, RefusalNamesTheNumbers) {
+  const MemoryEstimate e = EstimateMemory(Tiny(), WeightsDtype::kF32, int64_t{64} << 20, 64);
+  EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{}).ok());  // no limit
+  EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{e.total(), "test"}).ok());
+  const absl::Status s = CheckMemoryFits(e, MemoryLimit{e.total() - 1, "/sys/fs/cgroup/memory.max"});
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  const std::string m(s.message());
+  EXPECT_NE(m.find("KV budget 64.0 MiB"), std::string::npos) << m;
+  EXPECT_NE(m.find(absl::StrCat(e.total(), " > ", e.total() - 1, " bytes")), std::string::npos) << m;
+  EXPECT_NE(m.find("/sys/fs/cgroup/memory.max"), std::string::npos) << m;
+  EXPECT_NE(m.find("--weights-dtype bf16"), std::string::npos) << m;
+}
+
+TEST(MemoryEstimateTest, ReadsTheLimit) {
+  const fs::path dir = TempDir("limits");
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string v2_max = write("memory.max", "max\n"), v2 = write("v2", "1073741824\n"),
+                    v1_unlimited = write("v1", "9223372036854771712\n"), missing = (dir / "missing").string();
+  auto none = ReadMemoryLimit(nullptr, {missing, v2_max, v2});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->bytes, -1);
+  auto one_gib = ReadMemoryLimit(nullptr, {missing, v2, v2_max});
+  ASSERT_TRUE(one_gib.ok());
+  EXPECT_EQ(one_gib->bytes, int64_t{1} << 30);
+  EXPECT_EQ(one_gib->source, v2);
+  EXPECT_EQ(ReadMemoryLimit(nullptr, {v1_unlimited})->bytes, -1);
+  EXPECT_EQ(ReadMemoryLimit(nullptr, {missing})->bytes, -1);
+  // The override wins over the files.
+  EXPECT_EQ(ReadMemoryLimit("12345", {v2})->bytes, 12345);
+  EXPECT_EQ(ReadMemoryLimit("12345", {v2})->source, kMemoryLimitEnv);
+  EXPECT_EQ(ReadMemoryLimit("max", {v2})->bytes, -1);
+  EXPECT_EQ(ReadMemoryLimit("lots", {v2}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadMemoryLimit("-5", {v2}).status().code(), absl::StatusCode::kInvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(MemoryEstimateTest, EngineLoadRefusesBeforeReadingWeights) {
+  const ModelConfig c = Tiny();
+  const fs::path dir = TempDir("engine");
+  ASSERT_TRUE(SaveCheckpoint(RandomWeights(c, 2), dir.string(), StDtype::kF32).ok());
+  EngineOptions o;
+  o.kv_budget_bytes = int64_t{256} << 20;
+  const MemoryEstimate e = EstimateMemory(c, o.weights_dtype, o.kv_budget_bytes, o.prefill_chunk);
+  // Fits without the KV budget, not with it.
+  setenv(kMemoryLimitEnv, std::to_string(e.total() - e.kv_budget_bytes / 2).c_str(), 1);
+  auto refused = Engine::Load(dir.string(), o);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("KV budget 256.0 MiB"), std::string::npos) << refused.status();
+  o.kv_budget_bytes = 0;
+  EXPECT_TRUE(Engine::Load(dir.string(), o).ok());
+  setenv(kMemoryLimitEnv, "not-a-number", 1);
+  EXPECT_EQ(Engine::Load(dir.string(), o).status().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv(kMemoryLimitEnv);
+  EXPECT_TRUE(Engine::Load(dir.string(), o).ok());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pdserve
