@@ -26,7 +26,8 @@ at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // upper blocks, never the full T x S square. Same softmax (with the sink)
 // per row; keys outside a block's range carry zero weight in the full form,
 // so only the summation order of the products can differ. Keys must be in
-// position order (k_start + s). Differentiable.
+// position order (k_start + s). Differentiable; without autograd each
+// block's softmax runs in place on one scores buffer (same math).
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
                                   int64_t block = 128);
