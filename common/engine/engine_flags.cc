@@ -48,7 +48,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
   const std::string bf16_matmul = absl::GetFlag(FLAGS_bf16_matmul);
   auto bm = ParseBf16Matmul(bf16_matmul);
   if (!bm.ok()) {
-    return absl::Status(bm.status().code(), absl::StrCat("--bf16-matmul=", bf16_matmul, ": ", bm.status().message()));
+    return absl::Status(bm.status().code(),
+                        absl::StrCat("--bf16-matmul=", bf16_matmul, ": ", bm.status().message()));
   }
   RETURN_IF_ERROR(SetBf16Matmul(*bm));
   if (options.num_threads < 0) {

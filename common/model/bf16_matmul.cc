@@ -40,7 +40,8 @@ absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name) {
     if (!CpuHasAmxBf16()) return absl::FailedPreconditionError("this CPU (or kernel) has no AMX-BF16");
     return Bf16Matmul::kAmx;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, amx or auto)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, amx or auto)"));
 }
 
 absl::Status SetBf16Matmul(Bf16Matmul mode) {
