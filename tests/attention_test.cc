@@ -110,6 +110,52 @@ TEST(AttentionTest, Bf16KeysAreComputedInF32) {
 // The fused decode kernel gives AttendWithSinks' numbers for one query:
 // GQA (2 query heads per KV head), fp32 and bf16 K/V, head dims with and
 // without a tail past the 8-wide vectors, 1 to 130 rows.
+// The blocked form equals the full-mask form on random inputs: windowed and
+// global, a whole prompt (keys = queries) and chunks over past cache rows
+// (k_start < q_start), block sizes that do and do not divide T, bf16 keys.
+TEST(BlockedAttentionTest, MatchesFullMaskAttendWithSinks) {
+  at::manual_seed(7);
+  const int64_t H = 4, K = 2, d = 16;
+  struct Case {
+    int64_t q_start, T, past, window, block;
+  };
+  const std::vector<Case> cases = {
+      {0, 300, 0, 128, 64},    // windowed prompt
+      {0, 300, 0, 0, 128},     // global prompt
+      {0, 257, 0, 32, 100},    // block not dividing T, window < block
+      {384, 200, 128, 128, 64},  // windowed chunk over a full ring (past = window)
+      {384, 200, 384, 0, 64},  // global chunk over 384 past rows
+      {50, 90, 50, 0, 128},    // one block, past rows
+      {7, 33, 7, 16, 8},
+  };
+  for (const Case& c : cases) {
+    const int64_t S = c.past + c.T, k_start = c.q_start - c.past;
+    at::Tensor q = at::randn({c.T, H, d}), k = at::randn({S, K, d}), v = at::randn({S, K, d});
+    at::Tensor sinks = at::randn({H});
+    const at::Tensor want = AttendWithSinks(q, k, v, sinks, AttentionMask(c.q_start, c.T, k_start, S, c.window));
+    const at::Tensor got = BlockedAttendWithSinks(q, k, v, sinks, c.q_start, k_start, c.window, c.block);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5))
+        << "q_start " << c.q_start << " T " << c.T << " past " << c.past << " window " << c.window
+        << ": max diff " << (got - want).abs().max().item<float>();
+    const at::Tensor kb = k.to(at::kBFloat16), vb = v.to(at::kBFloat16);
+    const at::Tensor want_bf = AttendWithSinks(q, kb, vb, sinks, AttentionMask(c.q_start, c.T, k_start, S, c.window));
+    EXPECT_TRUE(at::allclose(BlockedAttendWithSinks(q, kb, vb, sinks, c.q_start, k_start, c.window, c.block),
+                             want_bf, 1e-5, 1e-5));
+  }
+}
+
+// Keys that no query may see (all later than the queries) leave only the
+// sink: both forms give zeros.
+TEST(BlockedAttentionTest, NoAllowedKeyGivesZeros) {
+  at::manual_seed(8);
+  at::Tensor q = at::randn({5, 2, 8}), k = at::randn({4, 1, 8}), v = at::randn({4, 1, 8});
+  at::Tensor sinks = at::zeros({2});
+  const at::Tensor got = BlockedAttendWithSinks(q, k, v, sinks, 0, 10, 0, 2);
+  EXPECT_TRUE(at::equal(got, at::zeros({5, 16})));
+  EXPECT_TRUE(at::allclose(AttendWithSinks(q, k, v, sinks, AttentionMask(0, 5, 10, 4, 0)), got));
+}
+
 TEST(DecodeAttentionTest, MatchesAttendWithSinksForOneQuery) {
   at::manual_seed(3);
   for (int64_t d : {16, 20, 96}) {

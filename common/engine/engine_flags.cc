@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/bf16_matmul.h"
 #include "common/model/fingerprint.h"
 #include "common/util/status_macros.h"
 
@@ -15,6 +16,9 @@ ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32 or b
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
 ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
+ABSL_FLAG(std::string, bf16_matmul, "widen",
+          "Prefill GEMMs of bf16 weights: widen (to fp32, exact), amx (bf16 activations on AMX-BF16 tiles; "
+          "changes numerics, refused on CPUs without AMX) or auto (amx where the CPU has it).");
 
 namespace pdserve {
 
@@ -41,6 +45,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
   if (options.prefill_chunk < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--prefill-chunk=", options.prefill_chunk, ": must be >= 1"));
   }
+  const std::string bf16_matmul = absl::GetFlag(FLAGS_bf16_matmul);
+  auto bm = ParseBf16Matmul(bf16_matmul);
+  if (!bm.ok()) {
+    return absl::Status(bm.status().code(),
+                        absl::StrCat("--bf16-matmul=", bf16_matmul, ": ", bm.status().message()));
+  }
+  RETURN_IF_ERROR(SetBf16Matmul(*bm));
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", options.num_threads, ": must be >= 0"));
   }

@@ -1,5 +1,6 @@
 // The engine flags, declared once for every binary that loads a model
-// (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk):
+// (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk,
+// --bf16-matmul, which sets the process-wide path of common/model/bf16_matmul.h):
 //   EngineFlagsFromCommandLine  validates them into EngineOptions (no loading)
 //   EngineOptionsFromCommandLine  the same, without --model
 //   LoadEngineFromFlags         validates, loads the checkpoint, fingerprints
@@ -22,6 +23,7 @@ ABSL_DECLARE_FLAG(std::string, weights_dtype);
 ABSL_DECLARE_FLAG(std::string, kv_dtype);
 ABSL_DECLARE_FLAG(int, threads);
 ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
+ABSL_DECLARE_FLAG(std::string, bf16_matmul);
 
 namespace pdserve {
 
@@ -31,7 +33,8 @@ struct EngineFlags {
 };
 
 // InvalidArgument naming the flag and its value: --model missing, an unknown
-// dtype, --prefill-chunk < 1 or --threads < 0.
+// dtype, --prefill-chunk < 1 or --threads < 0; FailedPrecondition for
+// --bf16-matmul=amx on a CPU without AMX-BF16.
 absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine();
 
 // The same without --model, for a binary that can also build a model some

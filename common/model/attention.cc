@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace pdserve {
 
@@ -34,6 +36,56 @@ at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::T
   at::Tensor probs = at::softmax(at::cat({scores, sink_col}, 2), 2).narrow(2, 0, S);
   at::Tensor out = at::bmm(probs.reshape({K, rep * T, S}), vf.permute({1, 0, 2}));  // [K, rep*T, d]
   return out.view({H, T, d}).permute({1, 0, 2}).reshape({T, H * d});
+}
+
+namespace {
+
+// AttendWithSinks for inference: the same softmax with the sink logit, in
+// place on one scores buffer (no concatenated sink column, no copy of the
+// narrowed probabilities). k/v fp32. Not for autograd.
+at::Tensor AttendWithSinksInPlace(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& sinks, const at::Tensor& mask) {
+  const int64_t T = q.size(0), H = q.size(1), d = q.size(2);
+  const int64_t S = k.size(0), K = k.size(1), rep = H / K;
+  const at::Tensor qg = q.permute({1, 0, 2}).reshape({K, rep * T, d});
+  at::Tensor scores = at::bmm(qg, k.permute({1, 2, 0}));  // [K, rep*T, S]
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(d)));
+  at::Tensor s3 = scores.view({H, T, S});
+  if (mask.defined()) s3.masked_fill_(mask.logical_not().unsqueeze(0), -INFINITY);
+  const at::Tensor sink = sinks.to(at::kFloat).view({H, 1, 1});
+  const at::Tensor m = at::maximum(std::get<0>(s3.max(2, /*keepdim=*/true)), sink);  // [H, T, 1]
+  s3.sub_(m).exp_();
+  s3.div_(s3.sum(2, /*keepdim=*/true).add_((sink - m).exp_()));
+  at::Tensor out = at::bmm(scores, v.permute({1, 0, 2}));  // [K, rep*T, d]
+  return out.view({H, T, d}).permute({1, 0, 2}).reshape({T, H * d});
+}
+
+}  // namespace
+
+at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
+                                  int64_t block) {
+  const int64_t T = q.size(0), S = k.size(0);
+  // Widen bf16 K/V once, not once per block.
+  const at::Tensor kf = k.scalar_type() == at::kFloat ? k : k.to(at::kFloat);
+  const at::Tensor vf = v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
+  const bool grad = at::GradMode::is_enabled() &&
+                    (q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.requires_grad());
+  std::vector<at::Tensor> outs;
+  for (int64_t t0 = 0; t0 < T; t0 += block) {
+    const int64_t bt = std::min(block, T - t0);
+    const int64_t first = q_start + t0, last = first + bt - 1;  // absolute query positions
+    const int64_t lo = window > 0 ? first - window + 1 : k_start;
+    const int64_t s0 = std::clamp<int64_t>(lo - k_start, 0, S), s1 = std::clamp<int64_t>(last - k_start + 1, 0, S);
+    if (s1 <= s0) {  // no key allowed: the sink takes all the weight
+      outs.push_back(at::zeros({bt, q.size(1) * q.size(2)}, q.options().dtype(at::kFloat)));
+      continue;
+    }
+    const at::Tensor mask = AttentionMask(first, bt, k_start + s0, s1 - s0, window);
+    const at::Tensor qb = q.narrow(0, t0, bt), kb = kf.narrow(0, s0, s1 - s0), vb = vf.narrow(0, s0, s1 - s0);
+    outs.push_back(grad ? AttendWithSinks(qb, kb, vb, sinks, mask) : AttendWithSinksInPlace(qb, kb, vb, sinks, mask));
+  }
+  return outs.size() == 1 ? outs[0] : at::cat(outs);
 }
 
 }  // namespace pdserve

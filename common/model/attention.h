@@ -19,4 +19,17 @@ at::Tensor AttentionMask(int64_t q_start, int64_t T, int64_t k_start, int64_t S,
 at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& sinks, const at::Tensor& mask);
 
+// AttendWithSinks(q, k, v, sinks, AttentionMask(q_start, T, k_start, S,
+// window)) computed by query blocks of `block` rows: each block attends only
+// to the keys its mask can allow ([first query - window + 1, last query]),
+// so a windowed layer computes the W-wide band and a causal one skips the
+// upper blocks, never the full T x S square. Same softmax (with the sink)
+// per row; keys outside a block's range carry zero weight in the full form,
+// so only the summation order of the products can differ. Keys must be in
+// position order (k_start + s). Differentiable; without autograd each
+// block's softmax runs in place on one scores buffer (same math).
+at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
+                                  int64_t block = 128);
+
 }  // namespace pdserve

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/attention.h"
+#include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
 #include "common/model/gemv_kernels.h"
 #include "common/util/status_macros.h"
@@ -51,19 +52,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     });
     return y;
   }
-  // bf16 weights act as exact fp32 values, whichever path runs. There is
-  // no fast bf16 GEMM on this CPU, so the weight is widened to fp32 first,
-  // into a per-thread buffer: a fresh 10 MB tensor per call costs page
-  // faults and zeroing on every prefill matmul (~9% of a bf16 prefill).
-  if (bf16) {
-    constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements (64 MB); the head is not buffered
-    if (w.numel() > kMaxBuffered) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
-    thread_local at::Tensor buffer;
-    if (!buffer.defined() || buffer.numel() < w.numel()) buffer = at::empty({w.numel()}, at::kFloat);
-    at::Tensor wf = buffer.narrow(0, 0, w.numel()).view(w.sizes());
-    wf.copy_(w);
-    return at::linear(x.to(at::kFloat), wf);
-  }
+  // bf16 weights: widened exactly, or (opt-in) bf16 GEMM on AMX.
+  if (bf16) return LinearBf16(x, w);
   return at::linear(x, w);
 }
 
@@ -256,17 +246,23 @@ absl::StatusOr<at::Tensor> Transformer::SegmentAttention(int64_t l, const at::Te
     at::Tensor qs = q.narrow(0, off, s.length), ks = k.narrow(0, off, s.length), vs = v.narrow(0, off, s.length);
     off += s.length;
     const int64_t window = windowed ? c.window : 0;
-    at::Tensor keys, values, mask;
+    at::Tensor keys, values;
+    int64_t k_start = s.start_pos;  // position of keys[0]; keys in position order
     if (s.cache == nullptr) {
       keys = ks;
       values = vs;
-      mask = AttentionMask(s.start_pos, s.length, s.start_pos, s.length, window);
-    } else if (s.length == 1 || !windowed) {
-      // Append first: a global layer keeps every row, and a one-token step
-      // on a ring sees exactly the last `window` positions, itself included.
+    } else if (s.length == 1) {
+      // A one-token step sees every row of its cache, in any order: on a
+      // ring exactly the last `window` positions, itself included.
       RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
-      std::tie(keys, values) = s.length == 1 ? s.cache->GetUnordered(l) : s.cache->Get(l);
-      if (s.length > 1) mask = AttentionMask(s.start_pos, s.length, 0, keys.size(0), 0);
+      std::tie(keys, values) = s.cache->GetUnordered(l);
+      outs.push_back(AttendWithSinks(qs, keys, values, sinks, at::Tensor()));
+      continue;
+    } else if (!windowed) {
+      // Append first: a global layer keeps every row.
+      RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
+      std::tie(keys, values) = s.cache->Get(l);
+      k_start = 0;
     } else {
       // A multi-token chunk on a ring: early queries need keys the chunk
       // would overwrite, so attend over (past rows ++ chunk), then append.
@@ -274,10 +270,11 @@ absl::StatusOr<at::Tensor> Transformer::SegmentAttention(int64_t l, const at::Te
       const int64_t past = pk.size(0);
       keys = past == 0 ? ks : at::cat({pk.to(ks.scalar_type()), ks});
       values = past == 0 ? vs : at::cat({pv.to(vs.scalar_type()), vs});
-      mask = AttentionMask(s.start_pos, s.length, s.start_pos - past, keys.size(0), window);
+      k_start = s.start_pos - past;
       RETURN_IF_ERROR(s.cache->Append(l, ks, vs));
     }
-    outs.push_back(AttendWithSinks(qs, keys, values, sinks, mask));
+    // By query blocks: the window's band, or the causal lower blocks.
+    outs.push_back(BlockedAttendWithSinks(qs, keys, values, sinks, s.start_pos, k_start, window));
   }
   return outs.size() == 1 ? outs[0] : at::cat(outs);
 }

@@ -1,0 +1,45 @@
+// GEMMs with bf16 weights for prefill-sized inputs (more rows of x than the
+// GEMV kernels take), two paths chosen at run time:
+//   CpuHasAmxBf16      whether the CPU has AMX-BF16 and Linux grants the
+//                      tile state (the one feature check; swap it for
+//                      common/util/cpu_features when that lands)
+//   Bf16Matmul         kWiden (default, exact) or kAmx (opt-in)
+//   ParseBf16Matmul    "widen" | "amx" | "auto" (amx where the CPU has it)
+//   SetBf16Matmul      process-wide choice; kAmx without AMX is refused
+//   LinearBf16         x W^T through the chosen path
+//   LinearBf16Widened  W widened to fp32 into a per-thread buffer, fp32
+//                      GEMM: bf16 weights act as their exact fp32 values
+//   LinearBf16Amx      x rounded to bf16, bf16 x bf16 GEMM with fp32
+//                      accumulation through LibTorch's oneDNN (AMX tiles on
+//                      AMX CPUs), output rounded to bf16 and widened: about
+//                      3 significant digits per output, so it changes
+//                      numerics and is opt-in.
+#pragma once
+
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pdserve {
+
+bool CpuHasAmxBf16();
+
+enum class Bf16Matmul { kWiden, kAmx };
+
+// InvalidArgument for an unknown name. "auto" resolves to kAmx only where
+// CpuHasAmxBf16(); "amx" on a CPU without AMX is FailedPrecondition.
+absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name);
+
+// FailedPrecondition (naming the missing feature) for kAmx without AMX.
+absl::Status SetBf16Matmul(Bf16Matmul mode);
+Bf16Matmul GetBf16Matmul();
+
+// x [M, K] fp32, w [N, K] bf16 -> [M, N] fp32.
+at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w);
+at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w);
+at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w);
+
+}  // namespace pdserve

@@ -1,0 +1,67 @@
+#include "common/model/bf16_matmul.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "common/model/transformer.h"
+
+namespace pdserve {
+namespace {
+
+// Restores the process-wide default after a test that changed it.
+struct ResetMode {
+  ~ResetMode() { (void)SetBf16Matmul(Bf16Matmul::kWiden); }
+};
+
+TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
+  EXPECT_EQ(ParseBf16Matmul("widen").value(), Bf16Matmul::kWiden);
+  EXPECT_EQ(ParseBf16Matmul("auto").value(), CpuHasAmxBf16() ? Bf16Matmul::kAmx : Bf16Matmul::kWiden);
+  EXPECT_EQ(ParseBf16Matmul("fast").status().code(), absl::StatusCode::kInvalidArgument);
+  if (CpuHasAmxBf16()) {
+    EXPECT_EQ(ParseBf16Matmul("amx").value(), Bf16Matmul::kAmx);
+  } else {
+    EXPECT_EQ(ParseBf16Matmul("amx").status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmx).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
+  }
+}
+
+// The default path is exact: bf16 weights act as their fp32 values.
+TEST(Bf16MatmulTest, WidenedPathIsExact) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({70, 64}), w = at::randn({96, 64}).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), at::linear(x, w.to(at::kFloat))));
+}
+
+// AMX parity: bf16 activations and a bf16-rounded output stay within a few
+// bf16 ulps of the exact product, at prefill shapes of the 502M model.
+TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
+  if (!CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: the AMX path cannot run here";
+  at::manual_seed(4);
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{33, 96, 64}, {512, 3072, 768}, {200, 768, 1536}}) {
+    const at::Tensor x = at::randn({M, K}), w = (at::randn({N, K}) / 16).to(at::kBFloat16);
+    const at::Tensor exact = at::linear(x.to(at::kDouble), w.to(at::kDouble)).to(at::kFloat);
+    const at::Tensor got = LinearBf16Amx(x, w);
+    ASSERT_EQ(got.scalar_type(), at::kFloat);
+    const float scale = exact.abs().max().item<float>();
+    const float err = (got - exact).abs().max().item<float>();
+    EXPECT_LT(err, 2e-2f * scale) << M << "x" << N << "x" << K << ": max error " << err << " of " << scale;
+    // Not the widened product (x is rounded): the AMX path really ran.
+    EXPECT_FALSE(at::equal(got, LinearBf16Widened(x, w)));
+  }
+}
+
+// Linear sends more than 32 rows of a bf16 weight through the chosen path.
+TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
+  if (!CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: only the widened path exists";
+  ResetMode reset;
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({40, 64}), w = at::randn({96, 64}).to(at::kBFloat16);
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kAmx).ok());
+  EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Amx(x, w)));
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
+  EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Widened(x, w)));
+}
+
+}  // namespace
+}  // namespace pdserve
