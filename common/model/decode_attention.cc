@@ -4,84 +4,121 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/model/avx2_util.h"
 
 namespace pdserve {
 namespace {
 
+namespace isa_avx2 {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-using avx2::HorizontalSum;
-using avx2::Load1;
-using avx2::Load8;
+struct Vec {
+  static constexpr int64_t kWidth = 8;
+  static constexpr int kRegs = 16;
+  static __m256 Zero() { return _mm256_setzero_ps(); }
+  static __m256 Set1(float x) { return _mm256_set1_ps(x); }
+  template <typename T>
+  static __m256 Load(const T* p) { return avx2::Load8(p); }
+  static __m256 Fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static void Store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+  static float Sum(__m256 x) { return avx2::HorizontalSum(x); }
+};
 
-template <typename T>
-inline float Dot(const float* q, const T* k, int64_t d) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= d; i += 8) acc = _mm256_fmadd_ps(Load8(q + i), Load8(k + i), acc);
-  float s = HorizontalSum(acc);
-  for (; i < d; ++i) s += q[i] * Load1(k + i);
-  return s;
-}
-
-// out += p * v over d elements.
-template <typename T>
-inline void Axpy(float p, const T* v, float* out, int64_t d) {
-  const __m256 pv = _mm256_set1_ps(p);
-  int64_t i = 0;
-  for (; i + 8 <= d; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pv, Load8(v + i), _mm256_loadu_ps(out + i)));
-  for (; i < d; ++i) out[i] += p * Load1(v + i);
-}
-
-template <typename T>
-void Head(const float* q, const DecodeAttnRows& r, const DecodeAttnShape& s, const float* sinks, int64_t kvh,
-          float* scores, float* out) {
-  const int64_t H = s.n_heads, K = s.n_kv_heads, d = s.head_dim, rep = H / K, S = r.rows;
-  const T* k = static_cast<const T*>(r.k);
-  const T* v = static_cast<const T*>(r.v);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  const float* qh = q + kvh * rep * d;
-  // Scores, each K row read once for all `rep` heads: scores[g * S + j].
-  for (int64_t j = 0; j < S; ++j) {
-    const T* kj = k + (j * K + kvh) * d;
-    for (int64_t g = 0; g < rep; ++g) scores[g * S + j] = Dot(qh + g * d, kj, d) * scale;
-  }
-  // Softmax with the sink as one more logit (no value vector).
-  for (int64_t g = 0; g < rep; ++g) {
-    float* sc = scores + g * S;
-    const float sink = sinks[kvh * rep + g];
-    float m = sink;
-    for (int64_t j = 0; j < S; ++j) m = std::max(m, sc[j]);
-    double sum = std::exp(static_cast<double>(sink - m));
-    for (int64_t j = 0; j < S; ++j) {
-      sc[j] = std::exp(sc[j] - m);
-      sum += sc[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < S; ++j) sc[j] *= inv;
-    std::fill(out + (kvh * rep + g) * d, out + (kvh * rep + g + 1) * d, 0.0f);
-  }
-  // Weighted values, each V row read once.
-  for (int64_t j = 0; j < S; ++j) {
-    const T* vj = v + (j * K + kvh) * d;
-    for (int64_t g = 0; g < rep; ++g) Axpy(scores[g * S + j], vj, out + (kvh * rep + g) * d, d);
-  }
-}
+#include "common/model/decode_attention_kernel.inc"
 
 #pragma GCC pop_options
+}  // namespace isa_avx2
+
+namespace isa_avx512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*: false positives.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+struct Vec {
+  static constexpr int64_t kWidth = 16;
+  static constexpr int kRegs = 32;
+  static __m512 Zero() { return _mm512_setzero_ps(); }
+  static __m512 Set1(float x) { return _mm512_set1_ps(x); }
+  static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
+  static __m512 Load(const uint16_t* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static __m512 Fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static void Store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
+  static float Sum(__m512 x) { return _mm512_reduce_add_ps(x); }
+};
+
+#include "common/model/decode_attention_kernel.inc"
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+}  // namespace isa_avx512
 
 }  // namespace
 
-void DecodeAttentionHead(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape,
-                         const float* sinks, int64_t kv_head, float* scratch, float* out) {
-  if (shape.bf16) {
-    Head<uint16_t>(q, rows, shape, sinks, kv_head, scratch, out);
+bool DecodeAttnIsaAvailable(DecodeAttnIsa isa) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  return isa == DecodeAttnIsa::kAvx512 ? avx512 : avx2;
+}
+
+DecodeAttnIsa DecodeAttnDefaultIsa() {
+  static const DecodeAttnIsa isa = [] {
+    const char* env = std::getenv("PDSERVE_DECODE_ISA");
+    const bool force_avx2 = env != nullptr && std::strcmp(env, "avx2") == 0;
+    return !force_avx2 && DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512) ? DecodeAttnIsa::kAvx512
+                                                                          : DecodeAttnIsa::kAvx2;
+  }();
+  return isa;
+}
+
+const char* DecodeAttnIsaName(DecodeAttnIsa isa) { return isa == DecodeAttnIsa::kAvx512 ? "avx512" : "avx2"; }
+
+void DecodeAttentionSplit(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, int64_t split,
+                          float* scratch, float* partial, DecodeAttnIsa isa) {
+  if (isa == DecodeAttnIsa::kAvx512) {
+    isa_avx512::SplitAny(q, rows, shape, split, scratch, partial);
   } else {
-    Head<float>(q, rows, shape, sinks, kv_head, scratch, out);
+    isa_avx2::SplitAny(q, rows, shape, split, scratch, partial);
   }
+}
+
+void DecodeAttentionMerge(const float* partials, int64_t n_splits, const DecodeAttnShape& shape,
+                          const float* sinks, float* out) {
+  const int64_t d = shape.head_dim, stride = DecodeAttnPartialFloats(shape);
+  for (int64_t h = 0; h < shape.n_heads; ++h) {
+    const float* first = partials + h * (d + 2);
+    float m = sinks[h];
+    for (int64_t c = 0; c < n_splits; ++c) m = std::max(m, first[c * stride]);
+    double total = std::exp(static_cast<double>(sinks[h] - m));
+    float* o = out + h * d;
+    std::fill(o, o + d, 0.0f);
+    for (int64_t c = 0; c < n_splits; ++c) {
+      const float* part = first + c * stride;
+      const float w = std::exp(part[0] - m);
+      total += static_cast<double>(w) * part[1];
+      for (int64_t i = 0; i < d; ++i) o[i] += w * part[2 + i];
+    }
+    const float inv = static_cast<float>(1.0 / total);
+    for (int64_t i = 0; i < d; ++i) o[i] *= inv;
+  }
+}
+
+void DecodeAttention(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, const float* sinks,
+                     float* scratch, float* out, DecodeAttnIsa isa) {
+  const int64_t n = DecodeAttnSplits(rows.rows), pf = DecodeAttnPartialFloats(shape);
+  float* partials = scratch + DecodeAttnScratchFloats(shape);
+  for (int64_t c = 0; c < n; ++c) DecodeAttentionSplit(q, rows, shape, c, scratch, partials + c * pf, isa);
+  DecodeAttentionMerge(partials, n, shape, sinks, out);
 }
 
 }  // namespace pdserve

@@ -1,10 +1,21 @@
 // Attention of one new token per sequence against its own cache (a decode
-// step), fused: one pass over each sequence's K and V rows, all query heads
-// of a KV head at once, the sink as one more logit. Replaces ~15 small ATen
-// calls per sequence and layer, which dominate a batched step's overhead.
+// step), fused and split along the sequence (flash-decoding):
+//   - DecodeAttnSplits: how many splits of kDecodeSplitRows rows a
+//     sequence's rows fall into (from its length alone, so a sequence's
+//     result does not depend on which others share its batch);
+//   - DecodeAttentionSplit: one split of one sequence, every head: scores,
+//     their max, the sum of exp, and the unnormalized weighted values of its
+//     rows, each K/V row read whole and once from memory;
+//   - DecodeAttentionMerge: the splits of one sequence, merged in split
+//     order with the sink as one more logit;
+//   - DecodeAttention: both, for one sequence (tests, callers that do not
+//     split).
+// K/V are read in their stored type (bf16 widened in registers only).
 //
-// No ATen here (compiled for AVX2+FMA, like gemv_kernels.cc): the caller
-// passes raw pointers and runs the (sequence, KV head) pairs in parallel.
+// No ATen here: the caller passes raw pointers and runs the (sequence,
+// split) pairs in parallel. The kernels are compiled twice, for AVX2+FMA
+// (the baseline) and AVX-512F, and the widest the CPU has is chosen at run
+// time (PDSERVE_DECODE_ISA=avx2 forces the baseline).
 #pragma once
 
 #include <cstdint>
@@ -28,11 +39,42 @@ struct DecodeAttnShape {
   bool bf16 = false;       // K/V element type
 };
 
-// For query heads [kv_head * rep, (kv_head + 1) * rep) of one sequence:
-// out[h * d + i] = sum_j softmax([q_h . k_j / sqrt(d)]_j ++ [sink_h])_j v_j[i].
-// q: [H, d] fp32; sinks: [H] fp32 (already clamped); out: [H * d] fp32.
-// `scratch` holds at least rep * rows floats.
-void DecodeAttentionHead(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape,
-                         const float* sinks, int64_t kv_head, float* scratch, float* out);
+enum class DecodeAttnIsa { kAvx2, kAvx512 };
+
+// True when the CPU (and OS) can run `isa`'s kernels.
+bool DecodeAttnIsaAvailable(DecodeAttnIsa isa);
+// The kernels the plain entry points run: the widest available, unless
+// PDSERVE_DECODE_ISA=avx2. Needs AVX2+FMA (GemvAvailable) at least.
+DecodeAttnIsa DecodeAttnDefaultIsa();
+const char* DecodeAttnIsaName(DecodeAttnIsa isa);
+
+// Rows per split. Fixed, so split boundaries depend on a sequence's length only.
+inline constexpr int64_t kDecodeSplitRows = 128;
+
+inline int64_t DecodeAttnSplits(int64_t rows) { return (rows + kDecodeSplitRows - 1) / kDecodeSplitRows; }
+
+// Floats one (sequence, split) partial takes: H * (d + 2).
+inline int64_t DecodeAttnPartialFloats(const DecodeAttnShape& s) { return s.n_heads * (s.head_dim + 2); }
+// Floats of scratch a split needs: H * kDecodeSplitRows.
+inline int64_t DecodeAttnScratchFloats(const DecodeAttnShape& s) { return s.n_heads * kDecodeSplitRows; }
+
+// Rows [split * kDecodeSplitRows, +kDecodeSplitRows) of one sequence, all
+// heads (each K/V row is read whole, in order). q: [H, d] fp32. partial: per
+// query head h, [max_j s_j, sum_j exp(s_j - max), sum_j exp(s_j - max) v_j (d)],
+// s_j = q_h . k_j / sqrt(d), k_j and v_j of KV head h / (H / K).
+void DecodeAttentionSplit(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, int64_t split,
+                          float* scratch, float* partial, DecodeAttnIsa isa = DecodeAttnDefaultIsa());
+
+// out[h * d + i] from `n_splits` partials of one sequence (consecutive,
+// DecodeAttnPartialFloats apart), merged in split order: the softmax over
+// all rows' scores ++ [sink_h] applied to the values. sinks: [H] fp32
+// (clamped); out: [H * d] fp32. Zero splits (no rows) give zeros.
+void DecodeAttentionMerge(const float* partials, int64_t n_splits, const DecodeAttnShape& shape,
+                          const float* sinks, float* out);
+
+// Split and merge for one sequence, serially. `scratch` holds at least
+// DecodeAttnScratchFloats + DecodeAttnSplits(rows) * DecodeAttnPartialFloats floats.
+void DecodeAttention(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, const float* sinks,
+                     float* scratch, float* out, DecodeAttnIsa isa = DecodeAttnDefaultIsa());
 
 }  // namespace pdserve

@@ -204,7 +204,6 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
   std::vector<at::Tensor> keep;  // the cache views, alive until the kernel ran
   std::vector<DecodeAttnRows> rows(B);
   DecodeAttnShape shape{H, c.n_kv_heads, d, false};
-  int64_t max_rows = 0;
   for (int64_t b = 0; b < B; ++b) {
     MixedKVCache* cache = segments[b].cache;
     RETURN_IF_ERROR(cache->Append(layer, k.narrow(0, b, 1), v.narrow(0, b, 1)));
@@ -214,7 +213,6 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
     }
     shape.bf16 = kk.scalar_type() == at::kBFloat16;
     rows[b] = {kk.data_ptr(), vv.data_ptr(), kk.size(0)};
-    max_rows = std::max(max_rows, kk.size(0));
     keep.push_back(std::move(kk));
     keep.push_back(std::move(vv));
   }
@@ -224,14 +222,29 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
   const float* qp = qc.data_ptr<float>();
   const float* sp = sc.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const int64_t K = c.n_kv_heads, rep = H / K;
-  at::parallel_for(0, B * K, /*grain_size=*/1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scratch(rep * max_rows);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / K;
-      DecodeAttentionHead(qp + b * H * d, rows[b], shape, sp, i % K, scratch.data(), op + b * H * d);
+  // Flash-decoding: every (sequence, split of kDecodeSplitRows rows) is one
+  // task, so one long sequence keeps every thread busy; a sequence's splits
+  // are merged in order afterwards. Split boundaries depend on the
+  // sequence's length alone: its result does not depend on the batch or
+  // the thread count.
+  const int64_t pf = DecodeAttnPartialFloats(shape);
+  std::vector<int64_t> first(B + 1, 0);  // first task of sequence b
+  for (int64_t b = 0; b < B; ++b) first[b + 1] = first[b] + DecodeAttnSplits(rows[b].rows);
+  thread_local std::vector<float> partials;  // reused: no page faults per layer
+  if (static_cast<int64_t>(partials.size()) < first[B] * pf) partials.resize(first[B] * pf);
+  float* pp = partials.data();
+  const DecodeAttnIsa isa = DecodeAttnDefaultIsa();
+  at::parallel_for(0, first[B], /*grain_size=*/1, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(DecodeAttnScratchFloats(shape));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = std::upper_bound(first.begin(), first.end(), t) - first.begin() - 1;
+      DecodeAttentionSplit(qp + b * H * d, rows[b], shape, t - first[b], scratch.data(), pp + t * pf, isa);
     }
   });
+  for (int64_t b = 0; b < B; ++b) {
+    DecodeAttentionMerge(pp + first[b] * pf, first[b + 1] - first[b], shape, sp, op + b * H * d);
+  }
   return out;
 }
 

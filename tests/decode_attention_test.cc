@@ -1,0 +1,175 @@
+// The split-K decode attention kernel (common/model/decode_attention.h)
+// against a plain double-precision reference, for fp32 and bf16 K/V, at
+// lengths around the split size; and its AVX-512 build against the AVX2
+// baseline where the CPU has AVX-512.
+#include "common/model/decode_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/model/gemv_kernels.h"
+
+namespace pdserve {
+namespace {
+
+uint16_t ToBf16(float f) {  // truncation: any bf16 value will do as input
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float FromBf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct Case {
+  DecodeAttnShape shape;
+  int64_t rows = 0;
+  std::vector<float> q, sinks, k, v;  // k, v as fp32 (already bf16-exact when shape.bf16)
+  std::vector<uint16_t> k16, v16;
+
+  Case(DecodeAttnShape s, int64_t n, uint32_t seed) : shape(s), rows(n) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t H = s.n_heads, K = s.n_kv_heads, d = s.head_dim;
+    for (int64_t i = 0; i < H * d; ++i) q.push_back(2.0f * dist(rng));  // peaked softmax too
+    for (int64_t i = 0; i < H; ++i) sinks.push_back(dist(rng));
+    for (int64_t i = 0; i < n * K * d; ++i) {
+      k.push_back(dist(rng));
+      v.push_back(dist(rng));
+      if (s.bf16) {
+        k16.push_back(ToBf16(k.back()));
+        v16.push_back(ToBf16(v.back()));
+        k.back() = FromBf16(k16.back());
+        v.back() = FromBf16(v16.back());
+      }
+    }
+  }
+
+  DecodeAttnRows Rows() const {
+    if (shape.bf16) return {k16.data(), v16.data(), rows};
+    return {k.data(), v.data(), rows};
+  }
+
+  // softmax(q_h . k_j / sqrt(d) ++ sink_h) . v, in double.
+  std::vector<float> Reference() const {
+    const int64_t H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim, rep = H / K;
+    std::vector<float> out(H * d);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / rep;
+      std::vector<double> s(rows);
+      double m = sinks[h];
+      for (int64_t j = 0; j < rows; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += double{q[h * d + i]} * k[(j * K + kvh) * d + i];
+        s[j] = dot / std::sqrt(static_cast<double>(d));
+        m = std::max(m, s[j]);
+      }
+      double total = std::exp(sinks[h] - m);
+      for (int64_t j = 0; j < rows; ++j) total += (s[j] = std::exp(s[j] - m));
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < rows; ++j) acc += s[j] * v[(j * K + kvh) * d + i];
+        out[h * d + i] = static_cast<float>(acc / total);
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> Kernel(DecodeAttnIsa isa) const {
+    std::vector<float> out(shape.n_heads * shape.head_dim, -1.0f);
+    std::vector<float> scratch(DecodeAttnScratchFloats(shape) +
+                               DecodeAttnSplits(rows) * DecodeAttnPartialFloats(shape));
+    DecodeAttention(q.data(), Rows(), shape, sinks.data(), scratch.data(), out.data(), isa);
+    return out;
+  }
+};
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+  EXPECT_LE(worst, tol) << what;
+}
+
+// Lengths: one row, a few, less than a split (the window), exactly one split, one past it, several splits with a ragged end.
+const int64_t kLengths[] = {1, 5, 100, kDecodeSplitRows, kDecodeSplitRows + 1, 3 * kDecodeSplitRows + 77};
+// The 502M model's shape, and one whose d leaves vector tails and with 3 query heads per KV head.
+const DecodeAttnShape kShapes[] = {{8, 4, 96, false}, {6, 2, 44, false}};
+
+void CheckAgainstReference(DecodeAttnIsa isa) {
+  for (DecodeAttnShape shape : kShapes) {
+    for (bool bf16 : {false, true}) {
+      shape.bf16 = bf16;
+      for (int64_t n : kLengths) {
+        const Case c(shape, n, static_cast<uint32_t>(n * 31 + shape.head_dim + bf16));
+        ExpectNear(c.Kernel(isa), c.Reference(), 2e-5,
+                   std::string(DecodeAttnIsaName(isa)) + (bf16 ? " bf16" : " f32") + " d=" +
+                       std::to_string(shape.head_dim) + " rows=" + std::to_string(n));
+      }
+    }
+  }
+}
+
+TEST(DecodeAttentionTest, SplitKMatchesReferenceAvx2) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  CheckAgainstReference(DecodeAttnIsa::kAvx2);
+}
+
+TEST(DecodeAttentionTest, SplitKMatchesReferenceAvx512) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
+  CheckAgainstReference(DecodeAttnIsa::kAvx512);
+}
+
+// The AVX-512 build and the AVX2 baseline differ only in summation order.
+TEST(DecodeAttentionTest, Avx512MatchesAvx2) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
+  for (bool bf16 : {false, true}) {
+    const Case c({8, 4, 96, bf16}, 2 * kDecodeSplitRows + 3, 7);
+    ExpectNear(c.Kernel(DecodeAttnIsa::kAvx512), c.Kernel(DecodeAttnIsa::kAvx2), 1e-5, bf16 ? "bf16" : "f32");
+  }
+}
+
+// A split's partial is its own rows' (max, sum of exp, weighted values).
+TEST(DecodeAttentionTest, SplitPartialHoldsMaxSumAndWeightedValues) {
+  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  const Case c({2, 1, 16, false}, kDecodeSplitRows + 3, 3);
+  std::vector<float> scratch(DecodeAttnScratchFloats(c.shape)), part(DecodeAttnPartialFloats(c.shape));
+  DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, 1, scratch.data(), part.data());
+  for (int64_t g = 0; g < 2; ++g) {
+    std::vector<double> s;
+    for (int64_t j = kDecodeSplitRows; j < c.rows; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < 16; ++i) dot += double{c.q[g * 16 + i]} * c.k[j * 16 + i];
+      s.push_back(dot / 4.0);
+    }
+    const double m = *std::max_element(s.begin(), s.end());
+    double sum = 0, v0 = 0;
+    for (size_t j = 0; j < s.size(); ++j) {
+      sum += std::exp(s[j] - m);
+      v0 += std::exp(s[j] - m) * c.v[(kDecodeSplitRows + j) * 16];
+    }
+    const float* p = part.data() + g * 18;
+    EXPECT_NEAR(p[0], m, 1e-5);
+    EXPECT_NEAR(p[1], sum, 1e-5 * sum);
+    EXPECT_NEAR(p[2], v0, 1e-5 * sum);
+  }
+}
+
+TEST(DecodeAttentionTest, NoRowsGiveZeros) {
+  const DecodeAttnShape shape{2, 1, 8, false};
+  std::vector<float> out(16, 5.0f);
+  const float sinks[2] = {0.0f, 1.0f};
+  DecodeAttentionMerge(nullptr, 0, shape, sinks, out.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace pdserve
