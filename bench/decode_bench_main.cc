@@ -35,6 +35,8 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/linear_int8.h"
 
 ABSL_FLAG(std::string, config, "",
           "Model config JSON: build random weights in memory (with --seed) instead of --model.");
@@ -234,7 +236,10 @@ enum class MatVec {
 double ProbeMatVec(const std::vector<at::Tensor>& pool, MatVec how) {
   at::NoGradGuard no_grad;
   const at::ScalarType st = pool[0].scalar_type();
-  const at::Tensor x = at::randn({1, pool[0].size(1)}, at::kFloat);
+  const bool q8 = pdserve::IsQ8(pool[0]);  // only the engine's Linear takes Q8_0
+  if (q8 && how != MatVec::kEngine) return std::nan("");
+  const int64_t K = q8 ? pool[0].size(1) / pdserve::kQ8BlockBytes * pdserve::kQ8Block : pool[0].size(1);
+  const at::Tensor x = at::randn({1, K}, at::kFloat);
   const at::Tensor xs = x.to(st), xv = xs.view({-1});
   auto call = [&](const at::Tensor& w) {
     switch (how) {
@@ -363,12 +368,7 @@ LoadedModel LoadModel(const Options& o) {
     auto cfg = pdserve::LoadModelConfig(o.config_path);
     if (!cfg.ok()) pdserve::Die(cfg.status());
     pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, o.seed);
-    if (o.eo.weights_dtype == pdserve::WeightsDtype::kBF16) {
-      // As LoadCheckpoint does: matmul weights bf16, norms/sinks/router fp32.
-      for (pdserve::NamedTensor& nt : pdserve::NamedTensors(&w)) {
-        if (nt.is_matmul_weight) *nt.tensor = nt.tensor->to(at::kBFloat16);
-      }
-    }
+    pdserve::ConvertWeights(&w, o.eo.weights_dtype);  // as LoadCheckpoint does
     m.engine = pdserve::Engine::FromWeights(std::move(w), o.eo);
     m.source = absl::StrCat("random weights from ", o.config_path, " (seed ", o.seed, ")");
   }

@@ -24,7 +24,8 @@ at::Tensor IdsTensor(const std::vector<int64_t>& ids, size_t begin, size_t end) 
 absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name) {
   if (name == "f32") return WeightsDtype::kF32;
   if (name == "bf16") return WeightsDtype::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("weights dtype must be f32 or bf16, got '", name, "'"));
+  if (name == "int8") return WeightsDtype::kInt8;
+  return absl::InvalidArgumentError(absl::StrCat("weights dtype must be f32, bf16 or int8, got '", name, "'"));
 }
 
 absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name) {
