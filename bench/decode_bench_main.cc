@@ -793,7 +793,7 @@ int main(int argc, char** argv) {
                    "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"
                    "resident memory, BLAS/threads, and the ratio to a memory-bandwidth floor.\n"
                    "Usage: pdserve-decode-bench (--model DIR | --config CONFIG.json [--seed S])\n"
-                   "       [--weights-dtype f32|bf16] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
+                   "       [--weights-dtype f32|bf16|int8] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
                    "       [--new-tokens 64,256,512,1024] [--no-cache-max 256] [--csv-out FILE] [--threads N]");
   const Options o = ParseOptions();
   pdserve::ConfigureThreads(o.eo.num_threads);

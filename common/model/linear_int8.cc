@@ -55,12 +55,12 @@ void DequantizeInto(const at::Tensor& q, float* dst) {
   });
 }
 
-// PDSERVE_Q8_KERNEL=fma: the fp32-activation kernel (GemvQ8Fma) instead of
-// the int8-dot one; read once.
+// PDSERVE_Q8_KERNEL=dot: the int8-dot kernel (GemvQ8Dot) instead of the
+// fp32-activation one; read once.
 bool UseFmaKernel() {
   static const bool fma = [] {
     const char* v = std::getenv("PDSERVE_Q8_KERNEL");
-    return v != nullptr && std::string(v) == "fma";
+    return v == nullptr || std::string(v) != "dot";
   }();
   return fma;
 }
@@ -68,10 +68,10 @@ bool UseFmaKernel() {
 // Decode-sized x: x quantized once, then each weight row streamed once per
 // 4 rows of x. Past 4 rows, a ~64 KiB tile of weight rows is taken through
 // every group of 4 while it sits in L2 (as Linear does for fp weights).
-at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kQ8Block;
   const at::Tensor xc = x.contiguous();
-  const bool fma = UseFmaKernel();
+  const bool fma = kernel == Q8Kernel::kFma || (kernel == Q8Kernel::kDefault && UseFmaKernel());
   at::Tensor xq = at::empty({fma ? 0 : M, K}, at::kChar), xs = at::empty({fma ? 0 : M, nb}, at::kFloat);
   if (!fma) QuantizeRowsQ8(xc.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
   const float* xp = xc.data_ptr<float>();
@@ -126,11 +126,11 @@ at::Tensor DequantizeQ8(const at::Tensor& q) {
   return out;
 }
 
-at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   TORCH_CHECK(w.dim() == 2 && x.dim() == 2 && x.size(1) == KOf(w), "LinearQ8: x ", x.sizes(), " against Q8_0 ",
               w.sizes());
   const at::Tensor xf = x.to(at::kFloat);
-  if (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available()) return GemvLinear(xf, w);
+  if (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available()) return GemvLinear(xf, w, kernel);
   // Prefill: widened once per call into a per-thread buffer (a fresh
   // tensor per call costs page faults and zeroing, as for bf16 in Linear);
   // the LM head (past 64 MB in fp32) is widened into a fresh one.

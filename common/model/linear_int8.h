@@ -27,10 +27,16 @@ at::Tensor QuantizeQ8(const at::Tensor& w);
 // The fp32 values d * q of a Q8_0 tensor, shape [..., K].
 at::Tensor DequantizeQ8(const at::Tensor& q);
 
+// The decode kernel of LinearQ8 (gemv_q8.h). The default is kFma (x stays
+// fp32: only the weights are quantized, so decode and prefill agree as for
+// fp weights), or kDot when PDSERVE_Q8_KERNEL=dot (read once); the choice
+// is measured in docs/benchmarks.md, "int8 weights".
+enum class Q8Kernel { kDefault, kDot, kFma };
+
 // x W^T in fp32 for a 2-D Q8_0 weight W [N, Q8RowBytes(K)]; x [M, K] fp32.
-// Up to kGemvMaxBatchRows rows use GemvQ8Dot (x quantized per block too);
-// more rows (prefill) widen W to fp32 once per call and use BLAS.
-at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w);
+// Up to kGemvMaxBatchRows rows use `kernel` (AVX2+FMA+F16C CPUs); more rows (prefill) widen W
+// to fp32 once per call and use BLAS.
+at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel = Q8Kernel::kDefault);
 
 // Rows `ids` of a Q8_0 embedding [V, Q8RowBytes(D)], as fp32 [N, D].
 at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids);
