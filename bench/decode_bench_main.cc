@@ -35,6 +35,8 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/linear_int8.h"
 #include "common/util/omp_env.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -237,7 +239,10 @@ enum class MatVec {
 double ProbeMatVec(const std::vector<at::Tensor>& pool, MatVec how) {
   at::NoGradGuard no_grad;
   const at::ScalarType st = pool[0].scalar_type();
-  const at::Tensor x = at::randn({1, pool[0].size(1)}, at::kFloat);
+  const bool q8 = pdserve::IsQ8(pool[0]);  // only the engine's Linear takes Q8_0
+  if (q8 && how != MatVec::kEngine) return std::nan("");
+  const int64_t K = q8 ? pool[0].size(1) / pdserve::kQ8BlockBytes * pdserve::kQ8Block : pool[0].size(1);
+  const at::Tensor x = at::randn({1, K}, at::kFloat);
   const at::Tensor xs = x.to(st), xv = xs.view({-1});
   auto call = [&](const at::Tensor& w) {
     switch (how) {
@@ -366,12 +371,7 @@ LoadedModel LoadModel(const Options& o) {
     auto cfg = pdserve::LoadModelConfig(o.config_path);
     if (!cfg.ok()) pdserve::Die(cfg.status());
     pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, o.seed);
-    if (o.eo.weights_dtype == pdserve::WeightsDtype::kBF16) {
-      // As LoadCheckpoint does: matmul weights bf16, norms/sinks/router fp32.
-      for (pdserve::NamedTensor& nt : pdserve::NamedTensors(&w)) {
-        if (nt.is_matmul_weight) *nt.tensor = nt.tensor->to(at::kBFloat16);
-      }
-    }
+    pdserve::ConvertWeights(&w, o.eo.weights_dtype);  // as LoadCheckpoint does
     m.engine = pdserve::Engine::FromWeights(std::move(w), o.eo);
     m.source = absl::StrCat("random weights from ", o.config_path, " (seed ", o.seed, ")");
   }
@@ -797,7 +797,7 @@ int main(int argc, char** argv) {
                    "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"
                    "resident memory, BLAS/threads, and the ratio to a memory-bandwidth floor.\n"
                    "Usage: pdserve-decode-bench (--model DIR | --config CONFIG.json [--seed S])\n"
-                   "       [--weights-dtype f32|bf16] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
+                   "       [--weights-dtype f32|bf16|int8] [--kv-dtype f32|bf16] [--prompt-len 32]\n"
                    "       [--new-tokens 64,256,512,1024] [--no-cache-max 256] [--csv-out FILE] [--threads N]");
   const Options o = ParseOptions();
   pdserve::ConfigureThreads(o.eo.num_threads);

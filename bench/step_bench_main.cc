@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 // Bytes of the weights one step over `batch` must read: everything but the
 // experts, plus each expert some row of the batch routed to (counted as all
 // experts once B * top_k >= n_experts, a lower bound otherwise).
-double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, int64_t elem) {
+double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, double elem) {
   const double d = static_cast<double>(c.d_model);
   const double attn = d * c.n_heads * c.head_dim * 2 + d * c.n_kv_heads * c.head_dim * 2;
   const double expert = 3.0 * d * c.expert_hidden;
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
-                   "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16] [--batch-sizes 1,2,4,8,16,32]\n"
+                   "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16|int8] [--batch-sizes 1,2,4,8,16,32]\n"
                    "       [--steps 16] [--prompt-len 16] [--threads 0]");
   auto flags = pdserve::EngineFlagsFromCommandLine();
   if (!flags.ok()) pdserve::Die(flags.status(), 2);
@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
   if (!engine.ok()) pdserve::Die(engine.status(), 1);
   const pdserve::Engine& e = **engine;
   const pdserve::ModelConfig& c = e.config();
-  const int64_t elem = eo.weights_dtype == pdserve::WeightsDtype::kBF16 ? 2 : 4;
+  // Bytes per weight: int8 is Q8_0, 34 bytes per block of 32.
+  const double elem = eo.weights_dtype == pdserve::WeightsDtype::kBF16   ? 2.0
+                      : eo.weights_dtype == pdserve::WeightsDtype::kInt8 ? 34.0 / 32.0
+                                                                         : 4.0;
 
   std::printf("%s, %s weights, %d threads, %lld steps per point\n", c.name.c_str(),
               absl::GetFlag(FLAGS_weights_dtype).c_str(), at::get_num_threads(), static_cast<long long>(steps));

@@ -43,7 +43,8 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
 absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name) {
   if (name == "f32") return WeightsDtype::kF32;
   if (name == "bf16") return WeightsDtype::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("weights dtype must be f32 or bf16, got '", name, "'"));
+  if (name == "int8") return WeightsDtype::kInt8;
+  return absl::InvalidArgumentError(absl::StrCat("weights dtype must be f32, bf16 or int8, got '", name, "'"));
 }
 
 absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name) {

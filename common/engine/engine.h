@@ -107,7 +107,8 @@ class Engine {
   std::vector<at::Tensor> sinks_;
 };
 
-// "f32" or "bf16" (the spelling of the --weights-dtype / --kv-dtype flags).
+// "f32", "bf16" or (weights only) "int8": the spelling of the
+// --weights-dtype / --kv-dtype flags.
 // InvalidArgument naming the value otherwise.
 absl::StatusOr<WeightsDtype> ParseWeightsDtype(const std::string& name);
 absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name);

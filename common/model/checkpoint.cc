@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -69,6 +70,16 @@ absl::Status ValidateCheckpoint(const SafetensorsFile& file, const ModelConfig& 
   return absl::OkStatus();
 }
 
+at::Tensor ConvertWeight(const at::Tensor& t, bool matmul, WeightsDtype dtype) {
+  if (matmul && dtype == WeightsDtype::kInt8 && Q8Quantizable(t.size(-1))) return QuantizeQ8(t);
+  const at::ScalarType want = matmul && dtype == WeightsDtype::kBF16 ? at::kBFloat16 : at::kFloat;
+  return t.scalar_type() == want ? t : t.to(want);
+}
+
+void ConvertWeights(ModelWeights* w, WeightsDtype dtype) {
+  for (NamedTensor& nt : NamedTensors(w)) *nt.tensor = ConvertWeight(*nt.tensor, nt.is_matmul_weight, dtype);
+}
+
 absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -89,9 +100,7 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
       // dtype conversion only when the stored dtype differs.
       at::Tensor raw = at::empty(nt.shape, at::TensorOptions().dtype(ToScalarType(v.dtype)));
       std::memcpy(raw.data_ptr(), v.data, v.nbytes);
-      at::ScalarType want = at::kFloat;
-      if (options.weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) want = at::kBFloat16;
-      *nt.tensor = raw.scalar_type() == want ? raw : raw.to(want);
+      *nt.tensor = ConvertWeight(raw, nt.is_matmul_weight, options.weights_dtype);
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("converting '", dir, "' failed: ", e.what_without_backtrace()));

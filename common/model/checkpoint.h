@@ -14,7 +14,17 @@ namespace pdserve {
 enum class WeightsDtype {
   kF32,   // every tensor fp32: the reference numbers
   kBF16,  // matmul weights bf16 (oneDNN/AMX), norms, sinks and router fp32
+  kInt8,  // matmul weights (embedding and head included) Q8_0, linear_int8.h:
+          // blocks of 32 int8 along K with an fp16 scale; norms, sinks and
+          // router fp32. A weight whose K is not a multiple of 32 stays fp32.
 };
+
+// One checkpoint tensor as held for `dtype` (`matmul`: NamedTensor's
+// is_matmul_weight). LoadCheckpoint applies it to every tensor.
+at::Tensor ConvertWeight(const at::Tensor& t, bool matmul, WeightsDtype dtype);
+
+// ConvertWeight over every tensor of `w` (random weights in tools/benches).
+void ConvertWeights(ModelWeights* w, WeightsDtype dtype);
 
 struct LoadOptions {
   WeightsDtype weights_dtype = WeightsDtype::kF32;

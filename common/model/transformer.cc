@@ -11,6 +11,7 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -20,6 +21,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
+  if (IsQ8(w)) return LinearQ8(x, w);
   const bool bf16 = w.scalar_type() == at::kBFloat16;
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
@@ -386,7 +388,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
         return s.length == 1 && s.cache != nullptr;
       });
 
-  at::Tensor x = w_.embed.index_select(0, ids);
+  at::Tensor x = IsQ8(w_.embed) ? EmbedRowsQ8(w_.embed, ids) : w_.embed.index_select(0, ids);
   if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -1,0 +1,150 @@
+#include "common/model/gemv_q8.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/model/avx2_util.h"
+
+namespace pdserve {
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+inline float HalfToFloat(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Sum of the 32 products of a block, as 8 int32 lanes. |x|, |w| <= 127 keep
+// vpmaddubsw's int16 pair sums in range (2 * 127 * 127 < 32767).
+inline __m256 BlockDot(__m256i w, __m256i x) {
+  const __m256i ax = _mm256_sign_epi8(x, x);  // |x| as unsigned
+  const __m256i sw = _mm256_sign_epi8(w, x);  // w with the sign of x
+  const __m256i pairs = _mm256_maddubs_epi16(ax, sw);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// One weight row against M quantized rows of x. Two accumulators per row
+// (even and odd blocks) break the FMA latency chain.
+template <int M>
+void DotRow(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, float* y_col, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  __m256 acc[2][M];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kQ8BlockBytes;
+    const __m256i qw = Load32(blk + 2);
+    const __m256 dw = _mm256_set1_ps(HalfToFloat(blk));
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + m * nb + b));
+      acc[b & 1][m] = _mm256_fmadd_ps(BlockDot(qw, Load32(xq + m * K + b * kQ8Block)), d, acc[b & 1][m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) y_col[m * ldy] = avx2::HorizontalSum(_mm256_add_ps(acc[0][m], acc[1][m]));
+}
+
+// 8 int8 weights widened to fp32.
+inline __m256 Widen8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// One weight row against M fp32 rows of x: each block widened, FMA'd with
+// x into a block sum, which is then scaled into the row's accumulator.
+template <int M>
+void FmaRow(const float* x, int64_t K, const uint8_t* w, float* y_col, int64_t ldy) {
+  const int64_t nb = K / kQ8Block;
+  __m256 acc[M];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kQ8BlockBytes;
+    const __m256 dw = _mm256_set1_ps(HalfToFloat(blk));
+    const __m256 w0 = Widen8(blk + 2), w1 = Widen8(blk + 10), w2 = Widen8(blk + 18), w3 = Widen8(blk + 26);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const float* xb = x + m * K + b * kQ8Block;
+      __m256 s = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+      s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), s);
+      s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), s);
+      s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), s);
+      acc[m] = _mm256_fmadd_ps(s, dw, acc[m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) y_col[m * ldy] = avx2::HorizontalSum(acc[m]);
+}
+
+template <int M>
+void DotRows(const int8_t* xq, const float* xs, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,
+             int64_t ldy) {
+  const int64_t rb = Q8RowBytes(K);
+  for (int64_t n = n0; n < n1; ++n) DotRow<M>(xq, xs, K, W + n * rb, y + n, ldy);
+}
+
+template <int M>
+void FmaRows(const float* x, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t rb = Q8RowBytes(K);
+  for (int64_t n = n0; n < n1; ++n) FmaRow<M>(x, K, W + n * rb, y + n, ldy);
+}
+
+void QuantizeRowsImpl(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {
+  const int64_t nb = K / kQ8Block;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + m * K + b * kQ8Block;
+      float amax = 0;
+      for (int i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+      xs[m * nb + b] = d;
+      int8_t* q = xq + m * K + b * kQ8Block;
+      for (int i = 0; i < kQ8Block; ++i) q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+}  // namespace
+
+bool GemvQ8Available() {
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+void QuantizeRowsQ8(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {
+  QuantizeRowsImpl(x, M, K, xq, xs);
+}
+
+void GemvQ8Dot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* W, int64_t n0,
+               int64_t n1, float* y, int64_t ldy) {
+  switch (M) {
+    case 1: return DotRows<1>(xq, xs, K, W, n0, n1, y, ldy);
+    case 2: return DotRows<2>(xq, xs, K, W, n0, n1, y, ldy);
+    case 3: return DotRows<3>(xq, xs, K, W, n0, n1, y, ldy);
+    case 4: return DotRows<4>(xq, xs, K, W, n0, n1, y, ldy);
+    default: return;
+  }
+}
+
+void GemvQ8Fma(const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,
+               int64_t ldy) {
+  switch (M) {
+    case 1: return FmaRows<1>(x, K, W, n0, n1, y, ldy);
+    case 2: return FmaRows<2>(x, K, W, n0, n1, y, ldy);
+    case 3: return FmaRows<3>(x, K, W, n0, n1, y, ldy);
+    case 4: return FmaRows<4>(x, K, W, n0, n1, y, ldy);
+    default: return;
+  }
+}
+
+}  // namespace pdserve

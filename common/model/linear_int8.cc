@@ -1,0 +1,151 @@
+#include "common/model/linear_int8.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
+
+namespace pdserve {
+namespace {
+
+int64_t KOf(const at::Tensor& q) { return q.size(-1) / kQ8BlockBytes * kQ8Block; }
+
+// One row of K fp32 values into Q8RowBytes(K) bytes.
+void QuantizeRow(const float* w, int64_t K, uint8_t* out) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    const float* v = w + b * kQ8Block;
+    float amax = 0;
+    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const c10::Half d(amax / 127.0f);  // q is rounded against the stored scale
+    const float df = static_cast<float>(d);
+    const float id = df > 0 ? 1.0f / df : 0.0f;
+    uint8_t* blk = out + b * kQ8BlockBytes;
+    std::memcpy(blk, &d, 2);
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      const float q = std::clamp(std::nearbyint(v[i] * id), -127.0f, 127.0f);
+      blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
+  }
+}
+
+void DequantizeRow(const uint8_t* in, int64_t K, float* out) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    const uint8_t* blk = in + b * kQ8BlockBytes;
+    c10::Half d;
+    std::memcpy(&d, blk, 2);
+    const float df = static_cast<float>(d);
+    for (int64_t i = 0; i < kQ8Block; ++i) out[b * kQ8Block + i] = df * static_cast<int8_t>(blk[2 + i]);
+  }
+}
+
+// The fp32 values of q into dst (q.numel() / q.size(-1) * K floats).
+void DequantizeInto(const at::Tensor& q, float* dst) {
+  const at::Tensor qc = q.contiguous();
+  const int64_t K = KOf(qc), rows = qc.numel() / qc.size(-1);
+  const auto* src = reinterpret_cast<const uint8_t*>(qc.data_ptr<int8_t>());
+  at::parallel_for(0, rows, /*grain_size=*/64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) DequantizeRow(src + r * Q8RowBytes(K), K, dst + r * K);
+  });
+}
+
+// PDSERVE_Q8_KERNEL=dot: the int8-dot kernel (GemvQ8Dot) instead of the
+// fp32-activation one; read once.
+bool UseFmaKernel() {
+  static const bool fma = [] {
+    const char* v = std::getenv("PDSERVE_Q8_KERNEL");
+    return v == nullptr || std::string(v) != "dot";
+  }();
+  return fma;
+}
+
+// Decode-sized x: x quantized once, then each weight row streamed once per
+// 4 rows of x. Past 4 rows, a ~64 KiB tile of weight rows is taken through
+// every group of 4 while it sits in L2 (as Linear does for fp weights).
+at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kQ8Block;
+  const at::Tensor xc = x.contiguous();
+  const bool fma = kernel == Q8Kernel::kFma || (kernel == Q8Kernel::kDefault && UseFmaKernel());
+  at::Tensor xq = at::empty({fma ? 0 : M, K}, at::kChar), xs = at::empty({fma ? 0 : M, nb}, at::kFloat);
+  if (!fma) QuantizeRowsQ8(xc.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
+  const float* xp = xc.data_ptr<float>();
+  at::Tensor y = at::empty({M, N}, at::kFloat);
+  const int8_t* xqp = xq.data_ptr<int8_t>();
+  const float* xsp = xs.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
+  const int64_t tile = M <= kGemvMaxRows ? N : std::max<int64_t>(8, (int64_t{64} << 10) / Q8RowBytes(K));
+  at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
+    for (int64_t t0 = n0; t0 < n1; t0 += tile) {
+      const int64_t t1 = std::min(n1, t0 + tile);
+      for (int64_t m = 0; m < M; m += kGemvMaxRows) {
+        const int64_t rows = std::min(kGemvMaxRows, M - m);
+        if (fma) {
+          GemvQ8Fma(xp + m * K, rows, K, wp, t0, t1, yp + m * N, N);
+        } else {
+          GemvQ8Dot(xqp + m * K, xsp + m * nb, rows, K, wp, t0, t1, yp + m * N, N);
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+bool IsQ8(const at::Tensor& w) { return w.defined() && w.scalar_type() == at::kChar; }
+
+bool Q8Quantizable(int64_t K) { return K > 0 && K % kQ8Block == 0; }
+
+at::Tensor QuantizeQ8(const at::Tensor& w) {
+  const int64_t K = w.size(-1), rows = w.numel() / K;
+  TORCH_CHECK(Q8Quantizable(K), "Q8_0 needs a last dimension divisible by 32, got ", K);
+  const at::Tensor wf = w.to(at::kFloat).contiguous();
+  std::vector<int64_t> shape = w.sizes().vec();
+  shape.back() = Q8RowBytes(K);
+  at::Tensor q = at::empty(shape, at::kChar);
+  const float* src = wf.data_ptr<float>();
+  auto* dst = reinterpret_cast<uint8_t*>(q.data_ptr<int8_t>());
+  at::parallel_for(0, rows, /*grain_size=*/64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) QuantizeRow(src + r * K, K, dst + r * Q8RowBytes(K));
+  });
+  return q;
+}
+
+at::Tensor DequantizeQ8(const at::Tensor& q) {
+  std::vector<int64_t> shape = q.sizes().vec();
+  shape.back() = KOf(q);
+  at::Tensor out = at::empty(shape, at::kFloat);
+  DequantizeInto(q, out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
+  TORCH_CHECK(w.dim() == 2 && x.dim() == 2 && x.size(1) == KOf(w), "LinearQ8: x ", x.sizes(), " against Q8_0 ",
+              w.sizes());
+  const at::Tensor xf = x.to(at::kFloat);
+  if (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available()) return GemvLinear(xf, w, kernel);
+  // Prefill: widened once per call into a per-thread buffer (a fresh
+  // tensor per call costs page faults and zeroing, as for bf16 in Linear);
+  // the LM head (past 64 MB in fp32) is widened into a fresh one.
+  constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements
+  const int64_t N = w.size(0), K = x.size(1);
+  if (N * K > kMaxBuffered) return at::linear(xf, DequantizeQ8(w));
+  thread_local at::Tensor buffer;
+  if (!buffer.defined() || buffer.numel() < N * K) buffer = at::empty({N * K}, at::kFloat);
+  at::Tensor wf = buffer.narrow(0, 0, N * K).view({N, K});
+  DequantizeInto(w, wf.data_ptr<float>());
+  return at::linear(xf, wf);
+}
+
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids) {
+  return DequantizeQ8(embed.index_select(0, ids));
+}
+
+}  // namespace pdserve

@@ -1,0 +1,44 @@
+// Int8 weights in the Q8_0 layout (gemv_q8.h): quantization at load, the
+// matmul, and the embedding gather.
+//
+// A quantized weight is an at::Tensor of dtype int8 (kChar) whose last
+// dimension is Q8RowBytes(K) instead of K: every leading dimension (rows,
+// experts) is unchanged, so cat/narrow/select over rows work as for fp
+// weights. Any int8 tensor given to these functions is taken to be Q8_0.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace pdserve {
+
+// True for a Q8_0 weight (dtype int8).
+bool IsQ8(const at::Tensor& w);
+
+// Whether a weight of last dimension K can be quantized (K % 32 == 0).
+bool Q8Quantizable(int64_t K);
+
+// w (fp32/bf16/f16, last dim K, Q8Quantizable) quantized per block of 32
+// along K: d = max|w| / 127 rounded to fp16, q = round(w / d) clamped to
+// [-127, 127]. Returns the int8 tensor described above.
+at::Tensor QuantizeQ8(const at::Tensor& w);
+
+// The fp32 values d * q of a Q8_0 tensor, shape [..., K].
+at::Tensor DequantizeQ8(const at::Tensor& q);
+
+// The decode kernel of LinearQ8 (gemv_q8.h). The default is kFma (x stays
+// fp32: only the weights are quantized, so decode and prefill agree as for
+// fp weights), or kDot when PDSERVE_Q8_KERNEL=dot (read once); the choice
+// is measured in docs/benchmarks.md, "int8 weights".
+enum class Q8Kernel { kDefault, kDot, kFma };
+
+// x W^T in fp32 for a 2-D Q8_0 weight W [N, Q8RowBytes(K)]; x [M, K] fp32.
+// Up to kGemvMaxBatchRows rows use `kernel` (AVX2+FMA+F16C CPUs); more rows (prefill) widen W
+// to fp32 once per call and use BLAS.
+at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel = Q8Kernel::kDefault);
+
+// Rows `ids` of a Q8_0 embedding [V, Q8RowBytes(D)], as fp32 [N, D].
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids);
+
+}  // namespace pdserve
