@@ -167,13 +167,11 @@ TEST(DecodeAttentionTest, MatchesAttendWithSinksForOneQuery) {
         at::Tensor v = at::randn({S, K, d}).to(bf16 ? at::kBFloat16 : at::kFloat);
         at::Tensor sinks = at::randn({H}) * 3;
         at::Tensor want = AttendWithSinks(q, k, v, sinks, at::Tensor());
-        std::vector<float> out(H * d), scratch((H / K) * S);
         const DecodeAttnRows rows{k.data_ptr(), v.data_ptr(), S};
         const DecodeAttnShape shape{H, K, d, bf16};
-        for (int64_t kvh = 0; kvh < K; ++kvh) {
-          DecodeAttentionHead(q.data_ptr<float>(), rows, shape, sinks.data_ptr<float>(), kvh, scratch.data(),
-                              out.data());
-        }
+        std::vector<float> out(H * d);
+        std::vector<float> scratch(DecodeAttnScratchFloats(shape) + DecodeAttnSplits(S) * DecodeAttnPartialFloats(shape));
+        DecodeAttention(q.data_ptr<float>(), rows, shape, sinks.data_ptr<float>(), scratch.data(), out.data());
         at::Tensor got = at::from_blob(out.data(), {1, H * d}, at::kFloat);
         EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5))
             << "d " << d << " S " << S << " bf16 " << bf16 << " max diff "
