@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/model/transformer.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -15,9 +16,9 @@ struct ResetMode {
 
 TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   EXPECT_EQ(ParseBf16Matmul("widen").value(), Bf16Matmul::kWiden);
-  EXPECT_EQ(ParseBf16Matmul("auto").value(), CpuHasAmxBf16() ? Bf16Matmul::kAmx : Bf16Matmul::kWiden);
+  EXPECT_EQ(ParseBf16Matmul("auto").value(), HostCpuFeatures().amx_bf16 ? Bf16Matmul::kAmx : Bf16Matmul::kWiden);
   EXPECT_EQ(ParseBf16Matmul("fast").status().code(), absl::StatusCode::kInvalidArgument);
-  if (CpuHasAmxBf16()) {
+  if (HostCpuFeatures().amx_bf16) {
     EXPECT_EQ(ParseBf16Matmul("amx").value(), Bf16Matmul::kAmx);
   } else {
     EXPECT_EQ(ParseBf16Matmul("amx").status().code(), absl::StatusCode::kFailedPrecondition);
@@ -36,7 +37,7 @@ TEST(Bf16MatmulTest, WidenedPathIsExact) {
 // AMX parity: bf16 activations and a bf16-rounded output stay within a few
 // bf16 ulps of the exact product, at prefill shapes of the 502M model.
 TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
-  if (!CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: the AMX path cannot run here";
+  if (!HostCpuFeatures().amx_bf16) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: the AMX path cannot run here";
   at::manual_seed(4);
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{33, 96, 64}, {512, 3072, 768}, {200, 768, 1536}}) {
     const at::Tensor x = at::randn({M, K}), w = (at::randn({N, K}) / 16).to(at::kBFloat16);
@@ -53,7 +54,7 @@ TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
 
 // Linear sends more than 32 rows of a bf16 weight through the chosen path.
 TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
-  if (!CpuHasAmxBf16()) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: only the widened path exists";
+  if (!HostCpuFeatures().amx_bf16) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: only the widened path exists";
   ResetMode reset;
   at::manual_seed(6);
   const at::Tensor x = at::randn({40, 64}), w = at::randn({96, 64}).to(at::kBFloat16);

@@ -5,31 +5,16 @@
 #include <atomic>
 #include <string>
 
-#if defined(__linux__) && defined(__x86_64__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include "absl/strings/str_cat.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 
-bool CpuHasAmxBf16() {
-#if defined(__linux__) && defined(__x86_64__)
-  static const bool has = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-bf16")) return false;
-    // Linux hands out the AMX tile data state only on request.
-    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
-
 namespace {
+
+// AMX-BF16 with the OS's tile state and Linux's permission (cpu_features).
+bool CpuHasAmxBf16() { return HostCpuFeatures().amx_bf16; }
+
 std::atomic<Bf16Matmul> g_mode{Bf16Matmul::kWiden};
 }  // namespace
 

@@ -1,8 +1,6 @@
 // GEMMs with bf16 weights for prefill-sized inputs (more rows of x than the
-// GEMV kernels take), two paths chosen at run time:
-//   CpuHasAmxBf16      whether the CPU has AMX-BF16 and Linux grants the
-//                      tile state (the one feature check; swap it for
-//                      common/util/cpu_features when that lands)
+// GEMV kernels take), two paths chosen at run time (AMX where
+// HostCpuFeatures().amx_bf16, common/util/cpu_features.h):
 //   Bf16Matmul         kWiden (default, exact) or kAmx (opt-in)
 //   ParseBf16Matmul    "widen" | "amx" | "auto" (amx where the CPU has it)
 //   SetBf16Matmul      process-wide choice; kAmx without AMX is refused
@@ -25,12 +23,10 @@
 
 namespace pdserve {
 
-bool CpuHasAmxBf16();
-
 enum class Bf16Matmul { kWiden, kAmx };
 
 // InvalidArgument for an unknown name. "auto" resolves to kAmx only where
-// CpuHasAmxBf16(); "amx" on a CPU without AMX is FailedPrecondition.
+// HostCpuFeatures().amx_bf16; "amx" on a CPU without AMX is FailedPrecondition.
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name);
 
 // FailedPrecondition (naming the missing feature) for kAmx without AMX.
