@@ -11,6 +11,7 @@
 
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_q8.h"
+#include "common/model/gemv_tiles.h"
 
 namespace pdserve {
 namespace {
@@ -65,9 +66,8 @@ bool UseFmaKernel() {
   return fma;
 }
 
-// Decode-sized x: x quantized once, then each weight row streamed once per
-// 4 rows of x. Past 4 rows, a ~64 KiB tile of weight rows is taken through
-// every group of 4 while it sits in L2 (as Linear does for fp weights).
+// Decode-sized x: x quantized once (dot kernel), then each weight row
+// streamed once per 4 rows of x, tiled as Linear does (gemv_tiles.h).
 at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kQ8Block;
   const at::Tensor xc = x.contiguous();
@@ -80,18 +80,11 @@ at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel)
   const float* xsp = xs.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
-  const int64_t tile = M <= kGemvMaxRows ? N : std::max<int64_t>(8, (int64_t{64} << 10) / Q8RowBytes(K));
-  at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
-    for (int64_t t0 = n0; t0 < n1; t0 += tile) {
-      const int64_t t1 = std::min(n1, t0 + tile);
-      for (int64_t m = 0; m < M; m += kGemvMaxRows) {
-        const int64_t rows = std::min(kGemvMaxRows, M - m);
-        if (fma) {
-          GemvQ8Fma(xp + m * K, rows, K, wp, t0, t1, yp + m * N, N);
-        } else {
-          GemvQ8Dot(xqp + m * K, xsp + m * nb, rows, K, wp, t0, t1, yp + m * N, N);
-        }
-      }
+  ForEachGemvTile(M, N, Q8RowBytes(K), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
+    if (fma) {
+      GemvQ8Fma(xp + m * K, rows, K, wp, t0, t1, yp + m * N, N);
+    } else {
+      GemvQ8Dot(xqp + m * K, xsp + m * nb, rows, K, wp, t0, t1, yp + m * N, N);
     }
   });
   return y;

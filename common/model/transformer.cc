@@ -11,6 +11,7 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_tiles.h"
 #include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -27,29 +28,19 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
   if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
       w.is_contiguous() && (bf16 || w.scalar_type() == at::kFloat) && GemvAvailable()) {
-    // Decode-sized: our kernels stream each weight row once per 4 rows of x.
-    // Past 4 rows, a tile of ~64 KiB of weight rows is taken through every
-    // group of 4 while it sits in L2, so DRAM sees each weight once per step
-    // (the LM head alone is 196 MB in bf16). Each y element is still one
-    // kernel row with one summation order: tiling changes no bits.
+    // Decode-sized: our kernels stream each weight row once per 4 rows of x
+    // (the LM head alone is 196 MB in bf16); gemv_tiles.h.
     const at::Tensor xc = x.contiguous();
     const int64_t K = w.size(1), N = w.size(0);
     at::Tensor y = at::empty({M, N}, at::kFloat);
     const float* xp = xc.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     const void* wp = w.data_ptr();
-    const int64_t tile = M <= kGemvMaxRows ? N : std::max<int64_t>(8, (int64_t{64} << 10) / (K * w.element_size()));
-    at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
-      for (int64_t t0 = n0; t0 < n1; t0 += tile) {
-        const int64_t t1 = std::min(n1, t0 + tile);
-        for (int64_t m = 0; m < M; m += kGemvMaxRows) {
-          const int64_t rows = std::min(kGemvMaxRows, M - m);
-          if (bf16) {
-            GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), t0, t1, yp + m * N, N);
-          } else {
-            GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), t0, t1, yp + m * N, N);
-          }
-        }
+    ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
+      if (bf16) {
+        GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), t0, t1, yp + m * N, N);
+      } else {
+        GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), t0, t1, yp + m * N, N);
       }
     });
     return y;
