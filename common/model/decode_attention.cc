@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/model/avx2_util.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -66,9 +67,9 @@ struct Vec {
 }  // namespace
 
 bool DecodeAttnIsaAvailable(DecodeAttnIsa isa) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-  return isa == DecodeAttnIsa::kAvx512 ? avx512 : avx2;
+  const CpuFeatures& f = HostCpuFeatures();
+  const bool avx2 = f.avx2 && f.fma;
+  return isa == DecodeAttnIsa::kAvx512 ? avx2 && f.avx512f : avx2;
 }
 
 DecodeAttnIsa DecodeAttnDefaultIsa() {
