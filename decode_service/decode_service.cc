@@ -40,7 +40,20 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
     if (gone) scheduler_->Cancel(handle_);
   }
 
+  // Sends the `admitted` message once, before any token: a local prefill
+  // can emit tokens from the scheduler's thread before Admit has returned
+  // here, and the router ignores everything that precedes `admitted`.
+  bool AnnounceAdmission() {
+    absl::MutexLock lock(&announce_mu_);
+    if (announced_) return true;
+    announced_ = true;
+    DecodeResponse admitted;
+    admitted.set_admitted(true);
+    return Send(std::move(admitted));
+  }
+
   void OnTokens(const std::vector<uint32_t>& ids, FinishReason finish) override {
+    AnnounceAdmission();
     DecodeResponse r;
     for (uint32_t id : ids) r.add_token_ids(id);
     r.set_finish_reason(ToProto(finish));
@@ -78,6 +91,9 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
   BatchScheduler* scheduler_;
   absl::Mutex mu_;
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
+  // Orders `admitted` before the first token (never held by gRPC callbacks).
+  absl::Mutex announce_mu_;
+  bool announced_ ABSL_GUARDED_BY(announce_mu_) = false;
   bool gone_ ABSL_GUARDED_BY(mu_) = false;
   RequestHandle handle_ ABSL_GUARDED_BY(mu_);
 };
@@ -111,9 +127,7 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackSe
     reactor->Close(ToGrpcStatus(handle.status()));
   } else {
     reactor->SetAdmission(std::move(*handle));
-    DecodeResponse admitted;
-    admitted.set_admitted(true);
-    reactor->Send(std::move(admitted));
+    reactor->AnnounceAdmission();
   }
   return reactor.get();
 }
