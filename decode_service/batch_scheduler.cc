@@ -82,6 +82,11 @@ class BatchScheduler::ReceiveSession final : public KvReceiveSession {
   bool ended_ = false;
 };
 
+double KvUsageRatio(const SchedulerLoad& load, int64_t kv_budget_bytes) {
+  if (kv_budget_bytes <= 0) return 0;
+  return std::clamp(static_cast<double>(load.kv_bytes_used) / static_cast<double>(kv_budget_bytes), 0.0, 1.0);
+}
+
 BatchScheduler::BatchScheduler(const Engine* engine, BatchSchedulerOptions options)
     : engine_(engine), options_(std::move(options)) {
   InitMetrics();
@@ -116,7 +121,7 @@ void BatchScheduler::InitMetrics() {
   m_.batch_size = r->GetHistogram("pdserve_decode_batch_size", "Sequences per decode step.",
                                   ExponentialBuckets(1, 2, 8));
   m_.step_seconds = r->GetHistogram("pdserve_decode_step_seconds", "Wall time of one batched decode step.",
-                                    ExponentialBuckets(0.001, 2, 14));
+                                    LatencyBuckets());
   if (options_.metrics == nullptr) return;
   auto load = [this](int64_t SchedulerLoad::*field) {
     return [this, field] { return static_cast<double>(Load().*field); };
@@ -132,6 +137,15 @@ void BatchScheduler::InitMetrics() {
                       load(&L::kv_bytes_free));
   r->AddCallbackGauge("pdserve_decode_kv_bytes_allocated", "KV bytes allocated to live sequences' caches.",
                       load(&L::kv_bytes_allocated));
+  // The autoscaling signals (k8s/components/keda).
+  r->AddCallbackGauge("pdserve_decode_kv_usage_ratio",
+                      "KV bytes reserved by live sequences over the KV budget, 0 to 1 (the decode autoscaling signal).",
+                      [this] { return KvUsageRatio(Load(), options_.kv_budget_bytes); });
+  r->AddCallbackGauge("pdserve_decode_requests_running", "Sequences in the running decode batch.",
+                      [this] {
+                        const SchedulerLoad l = Load();
+                        return static_cast<double>(l.active_sequences - l.queued_requests);
+                      });
 }
 
 BatchScheduler::~BatchScheduler() { Shutdown(); }

@@ -74,6 +74,9 @@ struct SchedulerLoad {
   int64_t decode_steps = 0;
 };
 
+// KV reserved over the budget, clamped to [0, 1]; 0 without a budget.
+double KvUsageRatio(const SchedulerLoad& load, int64_t kv_budget_bytes);
+
 // Where a sequence's tokens go. Called on the scheduler thread: must not
 // block (the Decode reactor queues).
 class TokenSink {

@@ -18,7 +18,7 @@
 #include "decode_service/decode_service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50052", "host:port to serve DecodeWorker on (port 0 picks one).");
-ABSL_FLAG(int, metrics_port, 9092, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
+ABSL_FLAG(int, metrics_port, 9402, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish before cancelling them.");
@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<pdserve::NcclKvReceiver> nccl = MakeReceiver();
   auto loaded = pdserve::LoadEngineFromFlags(options->kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
+  metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 
   options->model_fingerprint = loaded->fingerprint;
   options->metrics = &metrics;

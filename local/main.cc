@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
   LocalOptions options = OptionsFromFlags(&metrics);
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
+  metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 
   DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);
   PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);

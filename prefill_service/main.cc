@@ -22,7 +22,7 @@ ABSL_FLAG(std::string, decode_allowlist, "",
 ABSL_FLAG(std::string, kv_transport, "grpc",
           "KV hand-off transport: grpc, or nccl (payloads GPU to GPU over a NCCL communicator per decode worker; "
           "a pair that can't form one uses gRPC and logs why).");
-ABSL_FLAG(int, metrics_port, 9091, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
+ABSL_FLAG(int, metrics_port, 9401, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let running prefills finish.");
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   }
   auto loaded = pdserve::LoadEngineFromFlags();
   if (!loaded.ok()) pdserve::Die(loaded.status());
+  metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 
   auto sender = pdserve::MakeKvSender(*transport, loaded->engine->config());
   options->model_fingerprint = loaded->fingerprint;

@@ -55,7 +55,7 @@ PrefillService::PrefillService(const Engine* engine, KvSender* sender, PrefillSe
 
 void PrefillService::InitMetrics() {
   metrics_ = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
-  const auto latency = ExponentialBuckets(0.001, 2, 18);
+  const auto latency = LatencyBuckets();
   prefill_seconds_ = metrics_->GetHistogram("pdserve_prefill_seconds", "Prefill compute time per prompt.", latency);
   handoff_seconds_ = metrics_->GetHistogram(
       "pdserve_kv_handoff_seconds", "KV hand-off from the first data chunk to the acknowledgement.", latency);

@@ -209,9 +209,12 @@ FinishReason RouterService::GenerateCall::RelayMessage(const DecodeResponse& msg
 
 void RouterService::GenerateCall::Emit(GenerateResponse out, FinishReason finish) {
   const int64_t now = NowNs();
-  if (streamed_ == 0 && out.token_ids_size() > 0) ttft_ns_ = now - start_ns_;
-  streamed_ += out.token_ids_size();
+  const int tokens = out.token_ids_size();
+  if (streamed_ == 0 && tokens > 0) ttft_ns_ = now - start_ns_;
+  if (tokens > 0) ObserveInterTokenLatency(now, tokens);
+  streamed_ += tokens;
   if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
+    finish_ = finish;
     out.set_finish_reason(finish);
     out.set_request_id(request_.request_id().empty() ? internal_id_ : request_.request_id());
     pdserve::v1::Usage* u = out.mutable_usage();
@@ -227,8 +230,31 @@ void RouterService::GenerateCall::Emit(GenerateResponse out, FinishReason finish
 
 // ---- Accounting ----
 
+void RouterService::GenerateCall::ObserveInterTokenLatency(int64_t now_ns, int tokens) {
+  if (streamed_ == 0) {
+    // The stream's first token has no predecessor; the rest of its message
+    // arrived with it.
+    for (int i = 1; i < tokens; ++i) service_->itl_seconds_->Observe(0);
+  } else {
+    // k tokens after a gap g: k tokens, g/k apart.
+    const double each = (now_ns - last_token_ns_) * 1e-9 / tokens;
+    for (int i = 0; i < tokens; ++i) service_->itl_seconds_->Observe(each);
+  }
+  last_token_ns_ = now_ns;
+}
+
+const char* RouterService::GenerateCall::FinishReasonLabel() const {
+  switch (finish_) {
+    case pdserve::v1::FINISH_REASON_LENGTH: return "length";
+    case pdserve::v1::FINISH_REASON_EOS: return "eos";
+    case pdserve::v1::FINISH_REASON_STOP: return "stop";
+    default: return "abort";
+  }
+}
+
 void RouterService::GenerateCall::Record(const grpc::Status& st) const {
   service_->RequestsCounter(st.error_code())->Increment();
+  service_->CompletionsCounter(FinishReasonLabel())->Increment();
   service_->prompt_tokens_->Increment(static_cast<double>(prompt_.size()));
   service_->generated_tokens_->Increment(static_cast<double>(generated_));
   if (!st.ok() || generated_ == 0) return;

@@ -88,6 +88,11 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   void EndPlacement(grpc::Status status, bool full);
   void End(const grpc::Status& status);
   void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
+  // Observes the gaps before `tokens` tokens streamed at `now_ns` in the
+  // inter-token-latency histogram.
+  void ObserveInterTokenLatency(int64_t now_ns, int tokens);
+  // finish_ as the completions counter's label (abort when unset).
+  const char* FinishReasonLabel() const;
   void Record(const grpc::Status& st) const;
   void Log(const grpc::Status& st) const;
 
@@ -103,6 +108,8 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // the next), so unguarded.
   AdmissionQueue::Ticket ticket_;
   int64_t ttft_ns_ = 0;
+  int64_t last_token_ns_ = 0;  // when the last token was streamed
+  pdserve::v1::FinishReason finish_ = pdserve::v1::FINISH_REASON_UNSPECIFIED;
   int64_t generated_ = 0;
   int64_t streamed_ = 0;
   pdserve::v1::Usage usage_;

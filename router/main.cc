@@ -25,7 +25,7 @@ ABSL_FLAG(std::string, decode_dns, "", "Decode workers as DNS names (name:port),
 ABSL_FLAG(int, resolve_interval_s, 5, "Seconds between DNS re-resolutions.");
 ABSL_FLAG(int, poll_interval_ms, 500, "Milliseconds between health and load polls of each worker.");
 ABSL_FLAG(int, wait_for_workers_s, 60, "At startup, seconds to wait for one healthy worker of each kind.");
-ABSL_FLAG(int, metrics_port, 9090, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
+ABSL_FLAG(int, metrics_port, 9400, "HTTP port for Prometheus /metrics; 0 picks one, -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   const pdserve::WorkerPoolOptions dpo = PoolOptions("decode", absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
   auto config = pdserve::LoadModelConfig(model + "/config.json");
   if (!config.ok()) pdserve::Die(config.status());
+  metrics.SetConstantLabels(pdserve::ModelLabels(config->name));
   auto tokenizer = pdserve::MakeServingTokenizer(*config, model, kProgram);
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
 

@@ -16,12 +16,15 @@ RouterService::RouterService(const ModelConfig& config, std::unique_ptr<Tokenize
       options_(std::move(options)),
       queue_(options_.queue) {
   metrics_ = options_.metrics != nullptr ? options_.metrics : &own_metrics_;
-  const auto latency = ExponentialBuckets(0.001, 2, 18);  // 1 ms .. 131 s
+  const auto latency = LatencyBuckets();
   ttft_seconds_ = metrics_->GetHistogram("pdserve_router_ttft_seconds",
                                          "Time from the request to the first token leaving the router.", latency);
   tpot_seconds_ = metrics_->GetHistogram("pdserve_router_tpot_seconds",
                                          "Mean time between tokens after the first, per request.", latency);
   e2e_seconds_ = metrics_->GetHistogram("pdserve_router_e2e_seconds", "Time from the request to its last token.",
+                                        latency);
+  itl_seconds_ = metrics_->GetHistogram("pdserve_router_itl_seconds",
+                                        "Time between streamed tokens, one observation per token after the first.",
                                         latency);
   prompt_tokens_ = metrics_->GetCounter("pdserve_router_prompt_tokens_total", "Prompt tokens of finished requests.");
   generated_tokens_ = metrics_->GetCounter("pdserve_router_generated_tokens_total", "Tokens streamed to clients.");
@@ -39,7 +42,19 @@ RouterService::RouterService(const ModelConfig& config, std::unique_ptr<Tokenize
     });
     metrics_->AddCallbackGauge("pdserve_router_queued_requests", "Generate calls waiting for a worker with room.",
                                [this] { return static_cast<double>(queue_.waiting()); });
+    // The same reading under the name the autoscalers use (k8s/components/keda).
+    metrics_->AddCallbackGauge("pdserve_router_requests_waiting",
+                               "Requests waiting in the admission queue (the prefill autoscaling signal).",
+                               [this] { return static_cast<double>(queue_.waiting()); });
   }
+  for (const char* reason : kCompletionReasons) CompletionsCounter(reason);
+}
+
+Counter* RouterService::CompletionsCounter(const char* finish_reason) {
+  return metrics_->GetCounter("pdserve_router_completions_total",
+                              "Generate calls that ended, by finish reason (length, eos, stop; abort when the call "
+                              "ended without one: error, cancel or deadline).",
+                              {{"finish_reason", finish_reason}});
 }
 
 Counter* RouterService::RequestsCounter(grpc::StatusCode code) {

@@ -80,6 +80,9 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   void EndInflight();
   // Counts requests by final status code (created on first use).
   Counter* RequestsCounter(grpc::StatusCode code);
+  // Counts ended requests by finish reason: one of kCompletionReasons.
+  static constexpr const char* kCompletionReasons[] = {"length", "eos", "stop", "abort"};
+  Counter* CompletionsCounter(const char* finish_reason);
 
   const ModelConfig config_;
   const std::unique_ptr<Tokenizer> tokenizer_;
@@ -88,6 +91,7 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   Histogram* ttft_seconds_;
   Histogram* tpot_seconds_;
   Histogram* e2e_seconds_;
+  Histogram* itl_seconds_;
   Counter* prompt_tokens_;
   Counter* generated_tokens_;
   Counter* retries_;

@@ -100,6 +100,38 @@ TEST_F(BatchSchedulerTest, AdmissionChargesTheBudgetAndRefusesWhatDoesNotFit) {
   EXPECT_TRUE(s->Admit(Request("c", 10, 10), std::make_shared<RecordingSink>()).ok());
 }
 
+TEST(KvUsageRatioTest, IsUsedOverBudgetClampedToOne) {
+  SchedulerLoad load;
+  load.kv_bytes_used = 250;
+  EXPECT_DOUBLE_EQ(KvUsageRatio(load, 1000), 0.25);
+  EXPECT_DOUBLE_EQ(KvUsageRatio(load, 100), 1.0);
+  EXPECT_DOUBLE_EQ(KvUsageRatio(load, 0), 0.0);
+  load.kv_bytes_used = 0;
+  EXPECT_DOUBLE_EQ(KvUsageRatio(load, 1000), 0.0);
+}
+
+// The autoscaling gauges on /metrics follow the reservations: a quarter of
+// the budget admitted reads 0.25, and 0 once cancelled; a sequence waiting
+// for its K/V is not running.
+TEST_F(BatchSchedulerTest, KvUsageRatioGaugeFollowsTheReservations) {
+  MetricsRegistry metrics;
+  const int64_t one = MakeScheduler()->ReservationBytes(10, 10);
+  BatchSchedulerOptions o;
+  o.kv_budget_bytes = 4 * one;
+  o.model_fingerprint = kFingerprint;
+  o.metrics = &metrics;
+  auto s = std::make_unique<BatchScheduler>(engine_, o);
+  auto has = [&metrics](const std::string& line) { return metrics.Render().find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("pdserve_decode_kv_usage_ratio 0")) << metrics.Render();
+  auto a = s->Admit(Request("a", 10, 10), std::make_shared<RecordingSink>());
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(has("pdserve_decode_kv_usage_ratio 0.25")) << metrics.Render();
+  EXPECT_TRUE(has("pdserve_decode_requests_running 0")) << metrics.Render();
+  s->Cancel(*a);
+  EXPECT_TRUE(has("pdserve_decode_kv_usage_ratio 0")) << metrics.Render();
+  s.reset();  // before `metrics`, which holds its gauges
+}
+
 TEST_F(BatchSchedulerTest, CancelNamesOneAdmissionNotAnId) {
   auto s = MakeScheduler();
   auto first = s->Admit(Request("x", 5, 5), std::make_shared<RecordingSink>());

@@ -366,6 +366,7 @@ class RouterServiceTest : public ::testing::Test {
     return out;
   }
 
+  MetricsRegistry metrics_;  // before router_: outlives it
   Board board_;
   std::vector<std::unique_ptr<FakeWorker>> prefill_, decode_;
   std::vector<std::string> prefill_addresses_, decode_addresses_;
@@ -569,6 +570,38 @@ TEST_F(RouterServiceTest, ShortPromptIsPrefilledOnTheDecodeWorker) {
   EXPECT_EQ(prefill_[0]->script.calls(), 0);
   EXPECT_EQ(r.messages.back().usage().prefill_worker(), decode_addresses_[0]);
   EXPECT_EQ(r.messages.back().usage().decode_worker(), decode_addresses_[0]);
+}
+
+// The router's series: completions by finish reason, one inter-token gap per
+// token after the first, the admission queue's waiting gauge. The request
+// is counted after its stream ends, so the test polls.
+TEST_F(RouterServiceTest, MetricsCountFinishReasonsAndTokenGaps) {
+  RouterOptions o;
+  o.metrics = &metrics_;
+  StartStack(1, 1, o);
+  auto rendered_has = [this](const std::string& line) {
+    for (int i = 0; i < 250; ++i) {
+      if (metrics_.Render().find(line + "\n") != std::string::npos) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  };
+  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"length\"} 0"));
+  EXPECT_TRUE(rendered_has("pdserve_router_requests_waiting 0"));
+  ASSERT_TRUE(Generate().status.ok());  // 3 tokens, LENGTH
+  pdserve::v1::GenerateRequest stop = Request();
+  stop.mutable_sampling()->add_stop("j");  // 2 tokens streamed, STOP
+  ASSERT_TRUE(Generate(nullptr, stop).status.ok());
+  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"length\"} 1")) << metrics_.Render();
+  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"stop\"} 1")) << metrics_.Render();
+  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"abort\"} 0")) << metrics_.Render();
+  // (3 - 1) + (3 - 1) gaps: the stop string matched on the last token,
+  // which is relayed (its text is not).
+  const std::string body = metrics_.Render();
+  const std::string count = "pdserve_router_itl_seconds_count ";
+  const size_t at = body.find(count);
+  ASSERT_NE(at, std::string::npos) << body;
+  EXPECT_EQ(std::stoi(body.substr(at + count.size())), 4) << body;
 }
 
 }  // namespace

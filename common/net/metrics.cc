@@ -91,6 +91,13 @@ std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   return b;
 }
 
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
+          1,     2.5,    5,     7.5,  10,    20,   40,    80,  160, 300};
+}
+
+MetricLabels ModelLabels(const std::string& model_name) { return {{"model", model_name}}; }
+
 MetricsRegistry::Family& MetricsRegistry::GetFamily(const std::string& name, const std::string& help, Kind kind) {
   auto [it, inserted] = families_.try_emplace(name);
   if (inserted) {
@@ -121,15 +128,28 @@ void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::strin
   GetFamily(name, help, Kind::kGauge).callback = std::move(read);
 }
 
+void MetricsRegistry::SetConstantLabels(MetricLabels labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  constant_labels_ = std::move(labels);
+}
+
 std::string MetricsRegistry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
+  // A series' labels over the constant ones (map::insert keeps the first).
+  auto with_constant = [this](MetricLabels own) {
+    own.insert(constant_labels_.begin(), constant_labels_.end());
+    return own;
+  };
   std::string out;
   for (const auto& [name, f] : families_) {
     const char* type = f.kind == Kind::kCounter ? "counter" : f.kind == Kind::kGauge ? "gauge" : "histogram";
     absl::StrAppend(&out, "# HELP ", name, " ", f.help, "\n# TYPE ", name, " ", type, "\n");
-    for (const auto& [labels, c] : f.counters) absl::StrAppend(&out, name, LabelText(labels), " ", FormatValue(c->value()), "\n");
-    if (f.callback) absl::StrAppend(&out, name, " ", FormatValue(f.callback()), "\n");
-    for (const auto& [labels, h] : f.histograms) {
+    for (const auto& [own, c] : f.counters) {
+      absl::StrAppend(&out, name, LabelText(with_constant(own)), " ", FormatValue(c->value()), "\n");
+    }
+    if (f.callback) absl::StrAppend(&out, name, LabelText(constant_labels_), " ", FormatValue(f.callback()), "\n");
+    for (const auto& [own, h] : f.histograms) {
+      const MetricLabels labels = with_constant(own);
       const Histogram::Snapshot s = h->Read();
       for (size_t i = 0; i <= s.bounds.size(); ++i) {
         const std::string le = i < s.bounds.size() ? FormatValue(s.bounds[i]) : "+Inf";

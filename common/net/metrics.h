@@ -1,5 +1,6 @@
 // Prometheus metrics: counters, callback gauges and histograms in a registry that
-// renders the text exposition format (version 0.0.4), and an HTTP server
+// renders the text exposition format (version 0.0.4) with constant labels
+// (the model) on every series, latency bucket bounds, and an HTTP server
 // (cpp-httplib) for GET /metrics. Every series name carries its unit
 // (_seconds, _bytes, _total).
 //
@@ -67,6 +68,11 @@ class Histogram {
 // Bucket bounds: `count` bounds from `start`, each `factor` times the last.
 std::vector<double> ExponentialBuckets(double start, double factor, int count);
 
+// Bucket bounds for latencies in seconds, 1 ms .. 300 s, holding the usual
+// SLO bounds (5, 10, 25, 50, 75, 100, 250, 500, 750 ms, 1, 2.5, 5, 10 s) so
+// that histogram_quantile and SLO ratios need no interpolation there.
+std::vector<double> LatencyBuckets();
+
 class MetricsRegistry {
  public:
   // The same (name, labels) returns the same series. Names must be valid
@@ -76,6 +82,10 @@ class MetricsRegistry {
                           const MetricLabels& labels = {});
   // A gauge read at render time (queue depths, KV bytes held elsewhere).
   void AddCallbackGauge(const std::string& name, const std::string& help, std::function<double()> read);
+  // Labels rendered on every series (the servers set {"model": <config
+  // name>} once at startup, ModelLabels). A series' own label of the same
+  // name wins.
+  void SetConstantLabels(MetricLabels labels);
 
   // The text exposition format, families sorted by name.
   std::string Render() const;
@@ -93,7 +103,12 @@ class MetricsRegistry {
 
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;
+  MetricLabels constant_labels_;
 };
+
+// The constant labels of a server of `model_name` (the model's config.json
+// "name"): {"model": model_name}.
+MetricLabels ModelLabels(const std::string& model_name);
 
 // Serves GET /metrics (the registry's text format) and GET / (a pointer to
 // it) over HTTP/1.1 with cpp-httplib; any other path is 404. Connections are

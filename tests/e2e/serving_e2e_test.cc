@@ -129,7 +129,9 @@ class ServingE2eTest : public ::testing::Test {
     s.StartRouter("Rb", s.addr["Pb"], s.addr["Db"]);
     // Prompts of up to 13 tokens are prefilled on the decode worker.
     s.StartRouter("Rl", s.addr["P1"], d12, {"--local-prefill-max-tokens", "13"});
-    for (const char* r : {"R", "Rs", "Rf", "Rb", "Rl"}) s.AwaitPort(r);
+    // One request placed at a time: the rest wait in its admission queue.
+    s.StartRouter("Rq", s.addr["P1"], d12, {"--max-inflight", "1"});
+    for (const char* r : {"R", "Rs", "Rf", "Rb", "Rl", "Rq"}) s.AwaitPort(r);
 
     EngineOptions eo;
     eo.num_threads = 1;
@@ -611,6 +613,62 @@ TEST_F(ServingE2eTest, MetricsAddUpAfterRealTraffic) {
                         std::chrono::seconds(5)))
       << scrape("D1");
   EXPECT_GT(MetricValue(scrape("D1"), "pdserve_decode_kv_bytes_free"), 0);
+}
+
+// The autoscaling gauges (issue 15) move with real traffic: a decoding
+// stream raises its decode worker's KV usage ratio and running count, a
+// burst past --max-inflight 1 waits in the router's queue, and all return to
+// 0 once the streams are cancelled; the cancelled streams count as aborted
+// completions. Every series carries the model label.
+TEST_F(ServingE2eTest, AutoscalingGaugesMoveWithTraffic) {
+  using ::pdserve::testing::MetricValue;
+  auto scrape = [](const char* name) { return ::pdserve::testing::HttpGetMetrics(g_stack->metrics_port[name]); };
+  auto decode_sum = [&](const std::string& series) {
+    return MetricValue(scrape("D1"), series) + MetricValue(scrape("D2"), series);
+  };
+  const std::string ratio = "pdserve_decode_kv_usage_ratio", waiting = "pdserve_router_requests_waiting";
+  const std::string aborted = "pdserve_router_completions_total{finish_reason=\"abort\"}";
+  const std::string model = "{model=\"" + E2eConfig().name + "\"}";
+  ASSERT_NE(scrape("D1").find(ratio + model + " "), std::string::npos) << scrape("D1");
+  ASSERT_NE(scrape("Rq").find(waiting + model + " "), std::string::npos) << scrape("Rq");
+  EXPECT_EQ(decode_sum(ratio), 0);
+  const std::string completions = "pdserve_router_completions_total";
+  const double aborted0 = MetricValue(scrape("Rq"), aborted), completions0 = MetricValue(scrape("Rq"), completions),
+               itl0 = MetricValue(scrape("Rq"), "pdserve_router_itl_seconds_count");
+
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> streams;
+  auto start_stream = [&](int seed) {
+    streams.emplace_back([&, seed] {
+      auto req = IdsRequest(Prompt(10, seed), 3000);
+      req.mutable_sampling()->set_ignore_eos(true);
+      Generate(Addr("Rq"), req, std::chrono::seconds(60), [&](grpc::ClientContext* ctx, const GenerateResult&) {
+        if (stop) ctx->TryCancel();
+      });
+    });
+  };
+  start_stream(31);
+  EXPECT_TRUE(WaitUntil([&] { return decode_sum(ratio) > 0 && decode_sum("pdserve_decode_requests_running") >= 1; },
+                        std::chrono::seconds(10)))
+      << scrape("D1") << scrape("D2");
+  EXPECT_LE(decode_sum(ratio), 2.0);  // each worker's ratio is within [0, 1]
+  start_stream(32);
+  start_stream(33);
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(scrape("Rq"), waiting) >= 1; }, std::chrono::seconds(10)))
+      << scrape("Rq");
+  stop = true;
+  for (auto& t : streams) t.join();
+  EXPECT_TRUE(WaitUntil([&] { return decode_sum(ratio) == 0 && decode_sum("pdserve_decode_requests_running") == 0 &&
+                                     MetricValue(scrape("Rq"), waiting) == 0; },
+                        std::chrono::seconds(5)))
+      << scrape("D1") << scrape("D2") << scrape("Rq");
+  // All three counted once each (as aborted, unless one ran to its length
+  // before the cancel), the first one surely cancelled.
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(scrape("Rq"), completions) - completions0 == 3; },
+                        std::chrono::seconds(5)))
+      << scrape("Rq");
+  EXPECT_GE(MetricValue(scrape("Rq"), aborted) - aborted0, 1) << scrape("Rq");
+  EXPECT_GT(MetricValue(scrape("Rq"), "pdserve_router_itl_seconds_count"), itl0);
 }
 
 // Kills a decode worker mid-stream, and starts it again on its port at the

@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -108,15 +110,49 @@ inline std::string HttpGetMetrics(int port) {
   return body == std::string::npos ? "" : out.substr(body + 4);
 }
 
-// The value of one series line (`name` including its {labels}) in a
-// Prometheus text body; 0 when absent.
-inline double MetricValue(const std::string& body, const std::string& series) {
-  size_t pos = 0;
-  while ((pos = body.find(series + " ", pos)) != std::string::npos) {
-    if (pos == 0 || body[pos - 1] == '\n') return std::stod(body.substr(pos + series.size() + 1));
-    pos += series.size();
+// A series as written in the text format: its name and labels. Values are
+// taken verbatim between the quotes (pdserve's label values hold no quotes).
+inline std::pair<std::string, std::map<std::string, std::string>> ParseSeries(const std::string& series) {
+  std::map<std::string, std::string> labels;
+  const size_t brace = series.find('{');
+  if (brace == std::string::npos) return {series, labels};
+  size_t pos = brace + 1;
+  while (pos < series.size() && series[pos] != '}') {
+    const size_t eq = series.find("=\"", pos);
+    const size_t close = series.find('"', eq + 2);
+    if (eq == std::string::npos || close == std::string::npos) break;
+    labels[series.substr(pos, eq - pos)] = series.substr(eq + 2, close - eq - 2);
+    pos = close + 1;
+    if (pos < series.size() && series[pos] == ',') ++pos;
   }
-  return 0;
+  return {series.substr(0, brace), labels};
+}
+
+// The value of a series (`name` with optional {labels}) in a Prometheus
+// text body: the sum over every sample line of that name whose labels
+// include the given ones (so the servers' constant `model` label, or a
+// label the query leaves out, does not hide a sample); 0 when none.
+inline double MetricValue(const std::string& body, const std::string& series) {
+  const auto [name, want] = ParseSeries(series);
+  double sum = 0;
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t end = body.find('\n', start);
+    if (end == std::string::npos) end = body.size();
+    const std::string line = body.substr(start, end - start);
+    start = end + 1;
+    const size_t space = line.rfind(' ');
+    if (line.empty() || line[0] == '#' || space == std::string::npos) continue;
+    const auto [got_name, got] = ParseSeries(line.substr(0, space));
+    if (got_name != name) continue;
+    bool match = true;
+    for (const auto& [k, v] : want) {
+      auto it = got.find(k);
+      match = match && it != got.end() && it->second == v;
+    }
+    if (match) sum += std::stod(line.substr(space + 1));
+  }
+  return sum;
 }
 
 // Polls `pred` every 20 ms; true once it holds, false after `timeout`.

@@ -24,16 +24,30 @@ has() {  # has NAME FILE "Kind name"
 headless() {  # headless NAME FILE SERVICE
   is_headless "$2" "$3" || fail "$1: Service $3 is not headless (clusterIP: None)"
 }
+# autoscaled NAME FILE: the workers are scaled by exactly one kind of
+# autoscaler: KEDA's ScaledObjects (with the PodMonitor their Prometheus
+# reads), or the base's CPU HPAs.
+autoscaled() {
+  local o
+  if objects "$2" | grep -q "^ScaledObject "; then
+    for o in "ScaledObject pdserve-prefill" "ScaledObject pdserve-decode" "PodMonitor pdserve"; do has "$1" "$2" "$o"; done
+    objects "$2" | grep -q "^HorizontalPodAutoscaler " && fail "$1: both KEDA ScaledObjects and CPU HPAs"
+    echo "ok: $1 is autoscaled by KEDA"
+  else
+    for o in "HorizontalPodAutoscaler pdserve-prefill" "HorizontalPodAutoscaler pdserve-decode"; do has "$1" "$2" "$o"; done
+  fi
+}
 for overlay in "$WORK"/render/overlay-*.yaml; do
   name=$(basename "$overlay" .yaml)
   for obj in "Deployment pdserve-router" "Service pdserve-router" "PodDisruptionBudget pdserve-router" \
-             "Deployment pdserve-prefill" "Service pdserve-prefill" "HorizontalPodAutoscaler pdserve-prefill" \
+             "Deployment pdserve-prefill" "Service pdserve-prefill" \
              "PodDisruptionBudget pdserve-prefill" "NetworkPolicy pdserve-prefill" \
-             "Deployment pdserve-decode" "Service pdserve-decode" "HorizontalPodAutoscaler pdserve-decode" \
+             "Deployment pdserve-decode" "Service pdserve-decode" \
              "PodDisruptionBudget pdserve-decode" "NetworkPolicy pdserve-decode" \
              "PersistentVolumeClaim pdserve-model" "Namespace pdserve"; do
     has "$name" "$overlay" "$obj"
   done
+  autoscaled "$name" "$overlay"
   objects "$overlay" | grep "^ConfigMap pdserve-config-" >/dev/null || fail "$name: no pdserve-config ConfigMap"
   headless "$name" "$overlay" pdserve-decode
   headless "$name" "$overlay" pdserve-prefill
@@ -44,4 +58,14 @@ grep -q "nvidia.com/gpu" "$WORK/render/overlay-cpu.yaml" && fail "overlay-cpu re
 has job-passkey "$WORK/render/job-passkey.yaml" "Job pdserve-passkey"
 has job-passkey "$WORK/render/job-passkey.yaml" "PersistentVolumeClaim pdserve-passkey-results"
 has cpu+router-loadbalancer "$WORK/render/cpu+router-loadbalancer.yaml" "Service pdserve-router-public"
+# The CPU HPAs stay the default (cpu, gpu); KEDA replaces them in its overlay.
+for name in overlay-cpu overlay-gpu; do
+  objects "$WORK/render/$name.yaml" | grep -q "^ScaledObject " && fail "$name: has KEDA ScaledObjects"
+done
+[ -f "$WORK/render/overlay-keda.yaml" ] || fail "no k8s/overlays/keda"
+objects "$WORK/render/overlay-keda.yaml" | grep -q "^ScaledObject " || fail "overlay-keda: no ScaledObjects"
+autoscaled cpu+keda "$WORK/render/cpu+keda.yaml"
+# The router serves the HTTP API on 8000 next to gRPC.
+grep -B1 -- "  name: http$" "$WORK/render/overlay-cpu.yaml" | grep -q -- "- containerPort: 8000" ||
+  fail "overlay-cpu: the router has no container port http: 8000"
 echo "PASS: $n renderings"

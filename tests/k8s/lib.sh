@@ -43,10 +43,18 @@ need_node_tools() {
 # writes the lists $WORK/render/cpu.list and gpu.list (NAME=FILE lines):
 #   overlay-NAME        each k8s/overlays/NAME
 #   NAME+COMPONENT      each k8s/components/COMPONENT on the cpu overlay
-#   NAME+components     every component together, on each overlay
+#   NAME+components     every component together, on each overlay; the
+#                       components that replace the CPU HPAs
+#                       (SCALING_COMPONENTS) exclude each other, so with
+#                       them it is NAME+components+SCALER, once per scaler,
+#                       and none when the overlay has a scaler already;
+#                       components the overlay uses already are left out
 #   job-NAME            each k8s/jobs/NAME
 #   file-NAME           plain manifests beside the job kustomizations
 # A rendering whose name has "gpu" in it goes to gpu.list.
+# Components that take the replica counts from the base's CPU HPAs (each
+# deletes them): at most one in a rendering.
+SCALING_COMPONENTS="manual-scaling keda"
 render_all() {
   local out=$WORK/render k8s=$SRC/k8s d name comp rel
   mkdir -p "$out"
@@ -77,15 +85,28 @@ render_all() {
     } >"$dir/kustomization.yaml"
     _render "$name" "$dir"
   }
+  # Every component the overlay does not use yet, with each scaler in turn.
+  _combine_all() {  # OVERLAY
+    local used rest=() scalers=() c s
+    used=" $(grep -o 'components/[A-Za-z0-9_-]*' "$k8s/overlays/$1/kustomization.yaml" | sed 's|components/||' | tr '\n' ' ' || true) "
+    for c in "${components[@]}"; do
+      [[ $used == *" $c "* ]] && continue
+      if [[ " $SCALING_COMPONENTS " == *" $c "* ]]; then scalers+=("$c"); else rest+=("$c"); fi
+    done
+    for s in $SCALING_COMPONENTS; do [[ $used == *" $s "* ]] && scalers=(); done
+    if [ ${#scalers[@]} -eq 0 ]; then
+      [ ${#rest[@]} -eq 0 ] || _combine "$1+components" "$1" "${rest[@]}"
+      return
+    fi
+    for s in "${scalers[@]}"; do _combine "$1+components+$s" "$1" "${rest[@]}" "$s"; done
+  }
   local overlays=() components=()
   for d in "$k8s"/overlays/*/; do overlays+=("$(basename "$d")"); done
   for d in "$k8s"/components/*/; do [ -f "$d/kustomization.yaml" ] && components+=("$(basename "$d")"); done
   [ ${#overlays[@]} -gt 0 ] || fail "no overlays under k8s/overlays"
   for name in "${overlays[@]}"; do _render "overlay-$name" "$k8s/overlays/$name"; done
   for comp in "${components[@]}"; do _combine "cpu+$comp" cpu "$comp"; done
-  if [ ${#components[@]} -gt 0 ]; then
-    for name in "${overlays[@]}"; do _combine "$name+components" "$name" "${components[@]}"; done
-  fi
+  for name in "${overlays[@]}"; do _combine_all "$name"; done
   for d in "$k8s"/jobs/*/; do
     [ -f "$d/kustomization.yaml" ] || continue
     name=$(basename "$d")

@@ -23,7 +23,10 @@ caught=0
 mutant() {  # mutant WHAT SED-SCRIPT
   sed "$2" "$base" >"$WORK/mutant.yaml"
   cmp -s "$base" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
-  if node "$SRC/tests/k8s/validate.mjs" "mutant=$WORK/mutant.yaml" >"$WORK/mutant.log" 2>&1; then
+  caught_in "$1" "$WORK/mutant.yaml"
+}
+caught_in() {  # caught_in WHAT FILE
+  if node "$SRC/tests/k8s/validate.mjs" "mutant=$2" >"$WORK/mutant.log" 2>&1; then
     fail "the validator missed: $1"
   fi
   echo "ok: caught $1: $(grep -m1 FAIL "$WORK/mutant.log")"
@@ -39,4 +42,17 @@ mutant "a worker on loopback" 's/value: \$(POD_IP):50052/value: 127.0.0.1:50052/
 mutant "an HTTP readiness probe" '0,/readinessProbe:/{s/readinessProbe:/readinessProbe:\n          httpGet: {path: \/healthz, port: 8080}/}'
 mutant "a router DNS name with no Service" 's/PDSERVE_DECODE_DNS: pdserve-decode:50052/PDSERVE_DECODE_DNS: pdserve-decoder:50052/'
 mutant "a writable model mount" '0,/readOnly: true/s//readOnly: false/'
+# KEDA (k8s/overlays/keda): the custom resources' schemas and rules.
+base=$WORK/render/overlay-keda.yaml
+mutant "a misspelled ScaledObject field" 's/minReplicaCount:/minReplicas:/'
+mutant "a misspelled field deep in a ScaledObject" 's/horizontalPodAutoscalerConfig:/horizontalPodAutoscaler:/'
+mutant "a string where a ScaledObject wants an integer" 's/maxReplicaCount: 8/maxReplicaCount: "8"/'
+mutant "a query on a series no binary exports" 's/pdserve_decode_kv_usage_ratio/pdserve_decode_kv_utilization/'
+mutant "a query on another namespace" '0,/namespace="pdserve"/s//namespace="default"/'
+mutant "an object outside the namespace" '0,/^  namespace: pdserve$/{//d}'
+mutant "a misspelled PodMonitor field" 's/podMetricsEndpoints:/podMetricEndpoints:/'
+mutant "a PodMonitor on a port the pods do not have" 's/^    port: metrics$/    port: prometheus/'
+{ cat "$WORK/render/overlay-cpu.yaml"; echo "---"; cat "$SRC/k8s/components/keda/scaledobjects.yaml"; } >"$WORK/both.yaml"
+caught_in "ScaledObjects next to the CPU HPAs" "$WORK/both.yaml"
+grep -q "two autoscalers fight" "$WORK/mutant.log" || fail "ScaledObjects next to the CPU HPAs: not for the right reason"
 echo "PASS: ${#cpu[@]} + ${#gpu[@]} renderings valid, $caught known mistakes caught"

@@ -14,8 +14,11 @@
 // headless Services of the right pods and ports, every $(VAR) is defined,
 // the servers take their settings from PDSERVE_<FLAG> variables (no $(VAR)
 // in their args), drains fit in the grace period, probes are gRPC health on
-// the pod's own port, workers listen on their pod IP, and so on. A server's
-// setting is its flag in args, else its PDSERVE_<FLAG> variable.
+// the pod's own port, workers listen on their pod IP, KEDA ScaledObjects
+// query series the binaries export and share no Deployment with an HPA, and
+// so on. A server's setting is its flag in args, else its PDSERVE_<FLAG>
+// variable. Custom resources (KEDA, Prometheus Operator) are checked against
+// the schemas of @kubernetes-models/keda and /prometheus-operator.
 //
 // --emit-commands writes every container's command line with $(VAR)s
 // expanded, and its PDSERVE_* environment, for
@@ -60,11 +63,15 @@ const fail = (where, msg) => errors.push(`${where}: ${msg}`);
 
 // ------------------------------------------------------- 1. OpenAPI schemas
 // apiVersion "apps/v1" -> kubernetes-models/apps/v1/index.js; "v1" -> v1.
+// Custom resources come from their own packages, generated from the CRDs.
+const CRD_PACKAGES = { "keda.sh": "@kubernetes-models/keda", "monitoring.coreos.com": "@kubernetes-models/prometheus-operator" };
+const crdPackage = (apiVersion) => CRD_PACKAGES[apiVersion.split("/")[0]];
 async function schemaValidate(obj, where) {
-  const mod = await load(`kubernetes-models/${obj.apiVersion}/index.js`).catch(() => null);
+  const pkg = crdPackage(obj.apiVersion) ?? "kubernetes-models";
+  const mod = await load(`${pkg}/${obj.apiVersion}/index.js`).catch(() => null);
   const Cls = mod && mod[obj.kind];
   if (!Cls) {
-    fail(where, `no schema for ${obj.apiVersion} ${obj.kind} in kubernetes-models`);
+    fail(where, `no schema for ${obj.apiVersion} ${obj.kind} in ${pkg}`);
     return;
   }
   try {
@@ -119,6 +126,71 @@ async function strictWalk(value, type, where, p) {
     }
     await strictWalk(v, byName.get(k), where, p ? `${p}.${k}` : k);
   }
+}
+
+// A custom resource's fields, from the TypeScript declarations its package
+// ships next to the compiled schema (whose validator lets unknown fields
+// through): "key"?: Type; members of the interface, followed into the
+// interfaces it imports from its own package. ObjectMeta goes to the
+// client-node models; anything else imported from elsewhere is not walked.
+const dtsCache = new Map();
+function dtsInterface(file) {
+  if (!dtsCache.has(file)) {
+    let text = null;
+    try {
+      text = fs.readFileSync(file, "utf8").replace(/\/\*[\s\S]*?\*\//g, "");
+    } catch {}
+    let parsed = null;
+    if (text !== null) {
+      const imports = new Map();
+      for (const m of text.matchAll(/import \{ (\w+) \} from "([^"]+)";/g)) imports.set(m[1], m[2]);
+      const fields = new Map();
+      const start = text.search(/export interface \w+[^{]*\{/);
+      let depth = 0;
+      for (const line of text.slice(start).split("\n")) {
+        const m = depth === 1 && /^\s*"([^"]+)"\??:\s*(.+?);?$/.exec(line);
+        if (m) fields.set(m[1], m[2]);
+        depth += (line.match(/\{/g) || []).length - (line.match(/\}/g) || []).length;
+        if (depth === 0 && line.includes("}")) break;
+      }
+      parsed = { fields, imports };
+    }
+    dtsCache.set(file, parsed);
+  }
+  return dtsCache.get(file);
+}
+async function crdWalk(value, file, where, p) {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return;
+  const iface = dtsInterface(file);
+  if (!iface) {
+    fail(where, `strict: no declarations ${file} (at ${p || "/"})`);
+    return;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    if (!iface.fields.has(k)) {
+      fail(where, `unknown field ${p ? p + "." : ""}${k} (not in ${path.basename(file, ".d.ts")})`);
+      continue;
+    }
+    await crdWalkType(v, iface.fields.get(k), iface.imports, file, where, p ? `${p}.${k}` : k);
+  }
+}
+async function crdWalkType(value, type, imports, file, where, p) {
+  let m = /^Array<(\w+)>$/.exec(type);
+  if (m) {
+    if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) await crdWalkType(value[i], m[1], imports, file, where, `${p}[${i}]`);
+    }
+    return;
+  }
+  const from = imports.get(type);
+  if (!from) return; // a scalar, a literal or an inline type
+  if (from.startsWith("./")) return crdWalk(value, path.join(path.dirname(file), from.replace(/\.js$/, ".d.ts")), where, p);
+  if (/\/ObjectMeta$/.test(from)) return strictWalk(value, "V1ObjectMeta", where, p);
+}
+async function strictValidate(obj, where) {
+  const pkg = crdPackage(obj.apiVersion);
+  if (!pkg) return strictWalk(obj, modelName(obj.apiVersion, obj.kind), where, "");
+  return crdWalk(obj, path.join(nm, pkg, obj.apiVersion, `${obj.kind}.d.ts`), where, "");
 }
 
 // ------------------------------------------------- 3. pdserve's own rules
@@ -215,6 +287,74 @@ function memMiB(q) {
 }
 
 const SERVERS = { "pdserve-router": "router", "pdserve-prefill": "prefill", "pdserve-decode": "decode" };
+
+// The metric names the binaries register: every "pdserve_..." string literal
+// in the servers' sources (a histogram's also with _bucket, _sum, _count).
+const SRC_DIR = path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..");
+let exportedMetrics = null;
+function exportedMetricNames() {
+  if (exportedMetrics) return exportedMetrics;
+  exportedMetrics = new Set();
+  for (const dir of ["router", "decode_service", "prefill_service", "common/net"]) {
+    for (const f of fs.readdirSync(path.join(SRC_DIR, dir)).filter((f) => f.endsWith(".cc"))) {
+      const text = fs.readFileSync(path.join(SRC_DIR, dir, f), "utf8");
+      for (const m of text.matchAll(/"(pdserve_[a-z0-9_]+)"/g)) {
+        for (const suffix of ["", "_bucket", "_sum", "_count"]) exportedMetrics.add(m[1] + suffix);
+      }
+    }
+  }
+  return exportedMetrics;
+}
+
+// KEDA: a ScaledObject scales a Deployment of the rendering that no HPA
+// scales too (KEDA makes its own), and its Prometheus queries name series
+// that pdserve exports, in the namespace the objects are in.
+function checkScaledObject(name, o, objs) {
+  const where = `${name}: ScaledObject/${o.metadata.name}`;
+  const t = o.spec.scaleTargetRef;
+  const kind = t.kind ?? "Deployment";
+  const target = objs.find((x) => x.kind === kind && x.metadata.name === t.name);
+  if (!target) fail(where, `scaleTargetRef ${kind}/${t.name} is not in the rendering`);
+  else if (target.spec.replicas !== undefined) fail(where, `${kind}/${t.name} sets replicas, which each apply would reset`);
+  for (const h of objs.filter((x) => x.kind === "HorizontalPodAutoscaler")) {
+    if (h.spec.scaleTargetRef.name === t.name) {
+      fail(where, `HorizontalPodAutoscaler/${h.metadata.name} scales ${t.name} too: two autoscalers fight`);
+    }
+  }
+  if (o.spec.minReplicaCount === undefined || o.spec.maxReplicaCount === undefined) fail(where, "set minReplicaCount and maxReplicaCount");
+  else if (!(o.spec.minReplicaCount >= 1 && o.spec.minReplicaCount <= o.spec.maxReplicaCount)) {
+    fail(where, `replicas ${o.spec.minReplicaCount}..${o.spec.maxReplicaCount}: need 1 <= min <= max (a worker never scales to 0)`);
+  }
+  for (const trig of o.spec.triggers || []) {
+    if (trig.type !== "prometheus") continue;
+    const q = trig.metadata?.query ?? "";
+    const names = q.match(/\bpdserve_[a-z0-9_]+/g) || [];
+    if (names.length === 0) fail(where, `query ${q} names no pdserve series`);
+    for (const n of names) if (!exportedMetricNames().has(n)) fail(where, `query names ${n}, which no pdserve binary exports`);
+    const ns = /namespace="([^"]*)"/.exec(q);
+    if (!ns) fail(where, `query ${q} does not select a namespace`);
+    else if (o.metadata.namespace && ns[1] !== o.metadata.namespace) {
+      fail(where, `query selects namespace ${ns[1]}, but the objects are in ${o.metadata.namespace}`);
+    }
+    if (!trig.metadata?.serverAddress) fail(where, "prometheus trigger without serverAddress");
+    if (!(Number(trig.metadata?.threshold) > 0)) fail(where, `threshold ${trig.metadata?.threshold} is not a positive number`);
+  }
+}
+
+// A PodMonitor scrapes a named container port of every pdserve server.
+function checkPodMonitor(name, o, wl) {
+  const where = `${name}: PodMonitor/${o.metadata.name}`;
+  const pods = wl.filter((w) => labelsMatch(o.spec.selector?.matchLabels, w.pod.metadata?.labels));
+  const kinds = new Set(pods.flatMap((w) => w.pod.spec.containers.map((c) => SERVERS[(c.command || [])[0]])));
+  for (const k of ["router", "prefill", "decode"]) if (!kinds.has(k)) fail(where, `selects no ${k} pods`);
+  for (const ep of o.spec.podMetricsEndpoints || []) {
+    for (const w of pods.filter((w) => w.pod.spec.containers.some((c) => SERVERS[(c.command || [])[0]]))) {
+      if (!w.pod.spec.containers.some((c) => (c.ports || []).some((cp) => cp.name === ep.port))) {
+        fail(where, `${w.where} has no container port named ${ep.port}`);
+      }
+    }
+  }
+}
 
 function checkRendering(name, objs, commands) {
   const configMaps = new Map(objs.filter((o) => o.kind === "ConfigMap").map((o) => [o.metadata.name, o]));
@@ -388,6 +528,18 @@ function checkRendering(name, objs, commands) {
     }
   }
 
+  // A rendering that makes a Namespace puts everything else in it (objects
+  // from a component come after the base's namespace: field).
+  const CLUSTER_SCOPED = new Set(["Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass"]);
+  const namespaces = objs.filter((o) => o.kind === "Namespace").map((o) => o.metadata.name);
+  if (namespaces.length === 1) {
+    for (const o of objs.filter((x) => !CLUSTER_SCOPED.has(x.kind))) {
+      if (o.metadata.namespace !== namespaces[0]) {
+        fail(`${name}: ${o.kind}/${o.metadata.name}`, `in namespace ${o.metadata.namespace ?? "(none: kubectl's default)"}, not ${namespaces[0]}`);
+      }
+    }
+  }
+
   // Autoscalers, disruption budgets and policies point at real workloads.
   for (const o of objs) {
     const where = `${name}: ${o.kind}/${o.metadata.name}`;
@@ -397,6 +549,8 @@ function checkRendering(name, objs, commands) {
       if (!target) fail(where, `scaleTargetRef ${t.kind}/${t.name} is not in the rendering`);
       else if (target.spec.replicas !== undefined) fail(where, `${t.kind}/${t.name} sets replicas, which each apply would reset under the HPA`);
     }
+    if (o.kind === "ScaledObject") checkScaledObject(name, o, objs);
+    if (o.kind === "PodMonitor") checkPodMonitor(name, o, wl);
     if (o.kind === "PodDisruptionBudget" && !wl.some((w) => labelsMatch(o.spec.selector.matchLabels, w.pod.metadata?.labels))) {
       fail(where, "selects no pods");
     }
@@ -453,7 +607,7 @@ for (const { name, file } of inputs) {
   for (const o of objs) {
     const where = `${name}: ${o.kind}/${o.metadata?.name}`;
     await schemaValidate(o, where);
-    await strictWalk(o, modelName(o.apiVersion, o.kind), where, "");
+    await strictValidate(o, where);
     count++;
   }
   checkRendering(name, objs, commands);
