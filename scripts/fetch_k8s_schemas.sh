@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the npm packages of the Kubernetes manifest tests (tests/k8s/):
 # kubernetes-models (the OpenAPI schemas, compiled validators),
+# @kubernetes-models/keda and /prometheus-operator (the same for the
+# ScaledObject and PodMonitor custom resources of k8s/components/keda),
 # @kubernetes/client-node (its model classes list every field, for the
 # unknown-field check), js-yaml, and dockerfile-utils (the Dockerfile lint).
 # Versions are pinned by tests/k8s/package-lock.json; they go to

@@ -35,8 +35,11 @@ need_kubectl() {
 }
 need_node_tools() {
   command -v node >/dev/null || skip "node not found (the schema checks run on Node.js)"
-  [ -d "$TOOLS/node_modules/kubernetes-models" ] && [ -d "$TOOLS/node_modules/@kubernetes/client-node" ] ||
-    skip "npm packages missing in $TOOLS: run 'bash scripts/fetch_k8s_schemas.sh' (scripts/setup.sh runs it)"
+  local pkg
+  for pkg in kubernetes-models @kubernetes/client-node @kubernetes-models/keda @kubernetes-models/prometheus-operator; do
+    [ -d "$TOOLS/node_modules/$pkg" ] ||
+      skip "npm package $pkg missing in $TOOLS: run 'bash scripts/fetch_k8s_schemas.sh' (scripts/setup.sh runs it)"
+  done
 }
 
 # render_all: renders every kustomization under k8s/ into $WORK/render and
