@@ -224,6 +224,8 @@ class OpenAiBackend : public Backend {
     if (out->usage && out->usage->contains("completion_tokens")) {
       out->timing.output_tokens = (*out->usage)["completion_tokens"].get<int64_t>();
     }
+    // Tokens whose text never showed (ids without text): first seen at the end.
+    if (s.text_events == 0 && out->timing.output_tokens > 0) out->timing.ttft_ms = out->timing.e2el_ms;
   }
 
   std::unique_ptr<ClientPool> pool_;
