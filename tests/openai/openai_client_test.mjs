@@ -10,6 +10,7 @@
 //   3. completions, streaming (stream_options.include_usage): the chunks'
 //      text concatenates to the non-streaming greedy text, one id, and the
 //      last chunk carries the same usage.
+//      curl -N sees the same stream as SSE lines ending in data: [DONE].
 //   4. chat completions, streaming and not, where the model has a chat
 //      template; a 400 naming the reason where it has none.
 //   5. errors: n = 2 and a negative temperature are BadRequestError (400)
@@ -18,7 +19,7 @@
 //      (401), the right one works.
 // Usage: node openai_client_test.mjs BUILD_DIR SOURCE_DIR
 // Exit: 0 pass, 1 fail, 77 skip (the client package is missing).
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -180,6 +181,22 @@ async function checkCompletionStream(client, base) {
   check(plainChunks.every((c) => !c.usage), "stream without include_usage: a chunk has usage");
   check(plainChunks.flatMap((c) => c.choices.map((ch) => ch.text ?? "")).join("") === base.text, "stream without include_usage: other text");
   ok("stream without include_usage: no usage chunk");
+  checkCurl(base);
+}
+
+// The same stream through curl -N: "data: " lines, the last one [DONE].
+function checkCurl(base) {
+  if (spawnSync("curl", ["--version"]).status !== 0) return console.log("skip: curl not found");
+  const body = JSON.stringify({ ...base.req, stream: true });
+  const r = spawnSync("curl", ["-sSN", "--max-time", "60", "-H", "Content-Type: application/json", "-d", body,
+                               `${baseURL}/completions`], { encoding: "utf8" });
+  check(r.status === 0, `curl -N: exit ${r.status}: ${r.stderr}`);
+  const lines = r.stdout.split("\n").filter((l) => l.length > 0);
+  check(lines.length >= 2 && lines.every((l) => l.startsWith("data: ")), `curl -N: not SSE data lines: ${r.stdout.slice(0, 300)}`);
+  check(lines[lines.length - 1] === "data: [DONE]", `curl -N: last line ${lines[lines.length - 1]}`);
+  const text = lines.slice(0, -1).map((l) => JSON.parse(l.slice(6))).flatMap((c) => c.choices.map((ch) => ch.text ?? "")).join("");
+  check(text === base.text, `curl -N: text ${JSON.stringify(text)} != ${JSON.stringify(base.text)}`);
+  ok(`curl -N: ${lines.length} SSE lines ending in data: [DONE], same text`);
 }
 
 const MESSAGES = [{ role: "system", content: "You remember pass keys." }, { role: "user", content: "The pass key is 42. What is it?" }];
@@ -250,6 +267,7 @@ async function checkApiKey() {
 }
 
 const s = await startServer("open", []);
+const baseURL = s.baseURL;
 // Any key: the server has none, so it must not check one.
 const client = new OpenAI({ baseURL: s.baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
 const model = await checkModels(client);
