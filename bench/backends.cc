@@ -95,11 +95,14 @@ std::string ErrorMessage(const std::string& body) {
 struct SseOutcome {
   bool done = false;  // "data: [DONE]" arrived
   std::string error;  // an error event, or data that is not JSON
-  int64_t text_events = 0;
+  int64_t token_events = 0;  // chunks holding a choice
 };
 
-// One event's data: text chunks are token-holding messages (TTFT, ITL); the
-// finish reason and usage are kept; [DONE] ends the stream.
+// One event's data: a chunk holding a choice is a token-holding message
+// (TTFT, ITL), whether or not its text is empty (a token may have no text of
+// its own: ids without bytes, part of a UTF-8 character), as `vllm bench
+// serve` counts them; the finish reason and usage are kept; [DONE] ends the
+// stream.
 void OnEvent(const std::string& data, Clock::time_point now, StreamTimer* timer, BackendResult* out, SseOutcome* s) {
   if (data == "[DONE]") {
     s->done = true;
@@ -116,11 +119,10 @@ void OnEvent(const std::string& data, Clock::time_point now, StreamTimer* timer,
   }
   if (j.contains("usage") && j["usage"].is_object()) out->usage = j["usage"];
   if (!j.contains("choices") || !j["choices"].is_array()) return;
+  if (j["choices"].empty()) return;  // the usage chunk
+  timer->OnTokens(1, now);  // the real count comes from usage at the end
+  ++s->token_events;
   for (const auto& c : j["choices"]) {
-    if (c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty()) {
-      timer->OnTokens(1, now);  // the real count comes from usage at the end
-      ++s->text_events;
-    }
     if (c.contains("finish_reason") && c["finish_reason"].is_string()) out->finish_reason = c["finish_reason"];
   }
 }
@@ -224,8 +226,8 @@ class OpenAiBackend : public Backend {
     if (out->usage && out->usage->contains("completion_tokens")) {
       out->timing.output_tokens = (*out->usage)["completion_tokens"].get<int64_t>();
     }
-    // Tokens whose text never showed (ids without text): first seen at the end.
-    if (s.text_events == 0 && out->timing.output_tokens > 0) out->timing.ttft_ms = out->timing.e2el_ms;
+    // Tokens without a chunk of their own: first seen at the end.
+    if (s.token_events == 0 && out->timing.output_tokens > 0) out->timing.ttft_ms = out->timing.e2el_ms;
   }
 
   std::unique_ptr<ClientPool> pool_;

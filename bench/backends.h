@@ -2,7 +2,8 @@
 // behind bench::Backend (bench/load_gen.h):
 //   GrpcBackend     pdserve.v1.Generator/Generate on the router (the default)
 //   OpenAiBackend   POST /v1/completions with stream: true on the HTTP API,
-//                   the SSE chunks parsed as they arrive
+//                   the SSE chunks parsed as they arrive (a chunk holding a
+//                   choice is a token message, as a gRPC message with tokens)
 //   MakeBackend     picks one by --backend's name and connects it
 #pragma once
 

@@ -618,8 +618,9 @@ int main(int argc, char** argv) {
       "from the first arrival to the end of the last request; token totals count successful requests.\n"
       "Also reported (gRPC only): the router's own TTFT (Usage.ttft_ns) and the KV hand-off's bytes and time.\n"
       "--backend openai: the same requests as POST /v1/completions (prompt = the token ids, stream: true,\n"
-      "include_usage, ignore_eos); TTFT is the first SSE chunk holding text, ITL the gaps between such\n"
-      "chunks, and the generated tokens come from the final usage chunk. Failures count by HTTP_<status>.\n"
+      "include_usage, ignore_eos); TTFT is the first SSE chunk holding a choice (its text may be empty, as\n"
+      "in vllm), ITL the gaps between such chunks, and the generated tokens come from the final usage\n"
+      "chunk. Failures count by HTTP_<status>.\n"
       "Progress goes to stderr, the table to stdout. Exit: 0 when any request succeeded, 1 when the\n"
       "router cannot be reached or every request failed, 2 on bad flags.");
 

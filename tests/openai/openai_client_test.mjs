@@ -23,9 +23,10 @@ import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 
-const [BUILD, SRC] = process.argv.slice(2);
-if (!BUILD || !SRC) {
+const [BUILD, SRC] = process.argv.slice(2).map((p) => path.resolve(p));
+if (process.argv.length !== 4) {
   console.error("usage: openai_client_test.mjs BUILD_DIR SOURCE_DIR");
   process.exit(2);
 }
@@ -36,7 +37,7 @@ if (!existsSync(CLIENT)) {
               "(scripts/setup.sh runs it)");
   process.exit(77);
 }
-const { default: OpenAI, BadRequestError, NotFoundError, AuthenticationError } = await import(CLIENT);
+const { default: OpenAI, BadRequestError, NotFoundError, AuthenticationError } = await import(pathToFileURL(CLIENT).href);
 const MODEL_DIR = path.join(SRC, "models/passkey-4l");
 const HAS_CHAT_TEMPLATE = "chat_template" in JSON.parse(readFileSync(path.join(MODEL_DIR, "config.json"), "utf8"));
 
