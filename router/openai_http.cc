@@ -111,6 +111,9 @@ absl::Status OpenAiHttpServer::Impl::Listen() {
   server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
   server_->set_read_timeout(kReadTimeoutSeconds, 0);
   server_->set_write_timeout(kWriteTimeoutSeconds, 0);
+  // SSE: each chunk goes out at once, not behind Nagle waiting for the
+  // client's (delayed, up to 40 ms) ACK of the previous write.
+  server_->set_tcp_nodelay(true);
   server_->set_payload_max_length(kMaxBodyBytes);
   server_->set_socket_options([](int sock) {  // SO_REUSEADDR only: no second server on the same port
     int yes = 1;
