@@ -158,6 +158,44 @@ grep -q "CANCELLED" "$WORK/local.log" || fail "the router did not log the reques
 ok "client gone mid-stream: decode KV back to 0 in ${elapsed_ms} ms"
 stop_local_stack
 
+# pdserve-router in front of separate worker processes: the same greedy
+# text over HTTP; /health follows the workers.
+PIDS=()
+trap '[ ${#PIDS[@]} -gt 0 ] && kill -KILL "${PIDS[@]}" 2>/dev/null; _e2e_cleanup' EXIT
+spawn() {  # spawn NAME ARGS...: starts a process logging to $WORK/NAME.log
+  local name=$1
+  shift
+  OMP_WAIT_POLICY=PASSIVE "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+port_of() {  # port_of NAME PATTERN: the port its log prints after PATTERN
+  for _ in $(seq 1 300); do grep -q "$2 [0-9]" "$WORK/$1.log" && break; sleep 0.1; done
+  sed -n "s/.*$2 \([0-9]*\).*/\1/p" "$WORK/$1.log" | head -1
+}
+E2E_LOGS=(local.log prefill.log decode.log router.log)
+spawn prefill "$BUILD/prefill_service/pdserve-prefill" --model "$MODEL" --listen 127.0.0.1:0 --metrics-port -1
+spawn decode "$BUILD/decode_service/pdserve-decode" --model "$MODEL" --listen 127.0.0.1:0 --metrics-port -1
+P_PORT=$(port_of prefill "serving on port")
+D_PORT=$(port_of decode "serving on port")
+[ -n "$P_PORT" ] && [ -n "$D_PORT" ] || fail "workers did not start"
+spawn router "$BUILD/router/pdserve-router" --model "$MODEL" --listen 127.0.0.1:0 --metrics-port -1 \
+  --prefill "127.0.0.1:$P_PORT" --decode "127.0.0.1:$D_PORT" --poll-interval-ms 100 --http-listen 127.0.0.1:0
+HTTP=$(port_of router "http on port")
+[ -n "$HTTP" ] || fail "pdserve-router printed no 'http on port'"
+st=$(call GET /health)
+expect "router /health with both workers" 200 "$st" 'd["status"] == "ok"'
+st=$(call POST /v1/completions "{\"prompt\": \"Hello\", $GREEDY}")
+expect "router + workers: the same greedy text as pdserve-local" 200 "$st" 'd["choices"][0]["text"] == first'
+kill -KILL "${PIDS[1]}"  # the decode worker
+for _ in $(seq 1 50); do [ "$(call GET /health)" = 503 ] && break; sleep 0.1; done
+st=$(call GET /health)
+expect "router /health without a decode worker: 503" 503 "$st" '"decode" in d["error"]["message"]'
+st=$(call POST /v1/completions "{\"prompt\": \"Hello\", $GREEDY}")
+expect "no decode worker: 503" 503 "$st" 'd["error"]["type"] == "service_unavailable"'
+kill -KILL "${PIDS[@]}" 2>/dev/null || true
+PIDS=()
+E2E_LOGS=(local.log)
+
 # HTTPS and an API key.
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout "$WORK/key.pem" -out "$WORK/cert.pem" \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
