@@ -26,7 +26,7 @@ ok "bad flags exit 2"
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
 # A port apart from the other e2e scripts' ranges, so they can run side by side.
 PORT=$((30000 + $$ % 10000))
-start_local_stack "$WORK/m" "$PORT" --http-listen 127.0.0.1:0
+start_local_stack "$WORK/m" "$PORT"  # with --http-listen 127.0.0.1:0 (lib.sh)
 HTTP_PORT=$(grep -o "http on port [0-9]*" "$WORK/local.log" | grep -o "[0-9]*$") || fail "no 'http on port N' line"
 
 # 1. Closed loop: 8 prompts of 32 tokens, 16 out each, 4 in flight, goodput
