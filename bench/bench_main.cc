@@ -1,9 +1,11 @@
-// pdserve-bench: a serving benchmark of the public API (pdserve.v1.Generator)
-// in the style of `vllm bench serve`. It sends --num-prompts token-id prompts
+// pdserve-bench: a serving benchmark of the public API in the style of `vllm
+// bench serve`, over gRPC (pdserve.v1.Generator, the default) or the
+// OpenAI-compatible HTTP API (--backend openai: POST /v1/completions with SSE
+// streaming; bench/backends.h). It sends --num-prompts token-id prompts
 // to the router, either at a fixed concurrency (closed loop) or as Poisson
 // arrivals at --request-rate (open loop), measures every request client-side
 // (TTFT, TPOT, ITL, E2EL, steady_clock), and prints the aggregate as a table
-// on stdout and optionally as JSON. Uses only the public proto.
+// on stdout and optionally as JSON. Uses only the public proto or HTTP API.
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,17 +31,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/cli/cli_util.h"
-#include "common/cli/finish_reason.h"
 #include "common/cli/progress.h"
-#include "common/cli/usage_json.h"
+#include "bench/backends.h"
 #include "bench/load_gen.h"
-#include "common/net/grpc_status.h"
-#include "common/net/server.h"
-#include "grpcpp/grpcpp.h"
+#include "common/net/security_flags.h"
 #include "nlohmann/json.hpp"
-#include "pdserve/v1/generate.grpc.pb.h"
 
-ABSL_FLAG(std::string, router, "127.0.0.1:50051", "The router's address, host:port.");
+ABSL_FLAG(std::string, backend, "grpc",
+          "The protocol: grpc (the router's pdserve.v1.Generator at --router) or openai (the OpenAI-compatible "
+          "HTTP API at --base-url: POST /v1/completions, stream: true, SSE). --api-key is sent by both.");
+ABSL_FLAG(std::string, router, "127.0.0.1:50051", "The router's address, host:port (--backend grpc).");
+ABSL_FLAG(std::string, base_url, "http://127.0.0.1:8000",
+          "The HTTP API, http://HOST:PORT (a trailing /v1 is allowed) (--backend openai).");
+ABSL_FLAG(std::string, model, "",
+          "The model field of the HTTP requests; empty = the first model of GET /v1/models (--backend openai).");
 ABSL_FLAG(int64_t, num_prompts, 0,
           "Requests to measure; 0 = 100, or one per line of --lengths-file when that is given.");
 ABSL_FLAG(int64_t, concurrency, 0,
@@ -75,6 +80,7 @@ ABSL_FLAG(bool, ignore_eos, true,
 namespace {
 
 using pdserve::Die;
+using pdserve::bench::Backend;
 using pdserve::bench::RequestLengths;
 using Clock = std::chrono::steady_clock;
 
@@ -102,60 +108,28 @@ struct Record {
   std::string error_code;
   std::string error;
   std::string finish_reason;
-  std::optional<pdserve::v1::Usage> usage;
+  std::optional<nlohmann::ordered_json> usage;  // the server's, by field name
 };
 
-double MsSince(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-void RunRequest(pdserve::v1::Generator::Stub* stub, const Options& opt, Clock::time_point run_start, Record* r) {
-  pdserve::v1::GenerateRequest req;
-  req.set_request_id(r->request_id);
-  for (uint32_t id : pdserve::bench::PromptIds(r->lengths.input, opt.vocab_size, r->prompt_seed, r->index)) {
-    req.add_token_ids(id);
-  }
-  pdserve::v1::SamplingParams* s = req.mutable_sampling();
-  s->set_max_new_tokens(static_cast<uint32_t>(r->lengths.output));
-  s->set_temperature(opt.temperature);
-  s->set_seed(static_cast<uint64_t>(r->index));
-  s->set_ignore_eos(opt.ignore_eos);
-
-  grpc::ClientContext ctx;
-  if (opt.deadline_s > 0) {
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::microseconds(static_cast<int64_t>(opt.deadline_s * 1e6)));
-  }
-  pdserve::bench::RequestTiming& t = r->timing;
+void RunRequest(Backend* backend, const Options& opt, Clock::time_point run_start, Record* r) {
+  pdserve::bench::BackendRequest req;
+  req.request_id = r->request_id;
+  req.prompt_ids = pdserve::bench::PromptIds(r->lengths.input, opt.vocab_size, r->prompt_seed, r->index);
+  req.max_tokens = r->lengths.output;
+  req.temperature = opt.temperature;
+  req.seed = static_cast<uint64_t>(r->index);
+  req.ignore_eos = opt.ignore_eos;
+  req.deadline_s = opt.deadline_s;
+  pdserve::bench::BackendResult out;
   const Clock::time_point sent = Clock::now();
   r->start_s = std::chrono::duration<double>(sent - run_start).count();
-  std::unique_ptr<grpc::ClientReader<pdserve::v1::GenerateResponse>> reader = stub->Generate(&ctx, req);
-  pdserve::v1::GenerateResponse resp;
-  Clock::time_point last_token = sent;
-  while (reader->Read(&resp)) {
-    const Clock::time_point now = Clock::now();
-    if (resp.token_ids_size() > 0) {
-      if (t.output_tokens == 0) {
-        t.ttft_ms = MsSince(sent, now);
-      } else {
-        t.itl_ms.push_back(MsSince(last_token, now));
-      }
-      last_token = now;
-      t.output_tokens += resp.token_ids_size();
-      ++r->messages;
-    }
-    if (resp.has_usage()) r->usage = resp.usage();
-    if (resp.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
-      r->finish_reason = pdserve::FinishReasonName(resp.finish_reason());
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  t.e2el_ms = MsSince(sent, Clock::now());
-  t.ok = status.ok();
-  if (!status.ok()) {
-    r->error_code = pdserve::GrpcCodeName(status.error_code());
-    r->error = status.error_message();
-  }
+  backend->Run(req, sent, &out);
+  r->timing = std::move(out.timing);
+  r->messages = out.messages;
+  r->error_code = std::move(out.error_code);
+  r->error = std::move(out.error);
+  r->finish_reason = std::move(out.finish_reason);
+  r->usage = std::move(out.usage);
 }
 
 std::string ProgressLine(const char* what, size_t done, size_t failed, size_t total, double elapsed_s) {
@@ -167,7 +141,7 @@ std::string ProgressLine(const char* what, size_t done, size_t failed, size_t to
 // seconds after the start (all at 0 for a closed loop) and taken by the first
 // free one of `workers` threads. Prints progress on stderr; returns the
 // duration in seconds, from the start to the end of the last request.
-double RunPhase(pdserve::v1::Generator::Stub* stub, const Options& opt, const char* what,
+double RunPhase(Backend* backend, const Options& opt, const char* what,
                 const std::vector<double>& arrivals, int64_t workers, std::vector<Record>* records) {
   const size_t n = records->size();
   std::mutex mu;
@@ -190,7 +164,7 @@ double RunPhase(pdserve::v1::Generator::Stub* stub, const Options& opt, const ch
           i = ready.front();
           ready.pop_front();
         }
-        RunRequest(stub, opt, start, &(*records)[i]);
+        RunRequest(backend, opt, start, &(*records)[i]);
         std::lock_guard<std::mutex> lock(mu);
         ++done;
         if (!(*records)[i].timing.ok) ++failed;
@@ -284,15 +258,18 @@ struct ServerStats {
   pdserve::bench::Summary ttft_ms, kv_handoff_bytes, kv_handoff_ms, kv_handoff_exposed_ms, prefill_ms;
 };
 
+// Only the gRPC backend has them (the router's Usage); the OpenAI usage
+// block has token counts only, and the section then reads "-".
 ServerStats ComputeServerStats(const std::vector<Record>& records) {
   std::vector<double> ttft, bytes, handoff, exposed, prefill;
   for (const Record& r : records) {
-    if (!r.timing.ok || !r.usage) continue;
-    ttft.push_back(static_cast<double>(r.usage->ttft_ns()) / 1e6);
-    bytes.push_back(static_cast<double>(r.usage->kv_handoff_bytes()));
-    handoff.push_back(static_cast<double>(r.usage->kv_handoff_ns()) / 1e6);
-    exposed.push_back(static_cast<double>(r.usage->kv_handoff_exposed_ns()) / 1e6);
-    prefill.push_back(static_cast<double>(r.usage->prefill_ns()) / 1e6);
+    if (!r.timing.ok || !r.usage || !r.usage->contains("ttft_ns")) continue;
+    const auto num = [&](const char* key) { return r.usage->value(key, 0.0); };
+    ttft.push_back(num("ttft_ns") / 1e6);
+    bytes.push_back(num("kv_handoff_bytes"));
+    handoff.push_back(num("kv_handoff_ns") / 1e6);
+    exposed.push_back(num("kv_handoff_exposed_ns") / 1e6);
+    prefill.push_back(num("prefill_ns") / 1e6);
   }
   using pdserve::bench::Summarize;
   return {Summarize(ttft), Summarize(bytes), Summarize(handoff), Summarize(exposed), Summarize(prefill)};
@@ -320,6 +297,8 @@ struct LengthsPlan {
 
 struct RunConfig {
   Options opt;
+  pdserve::bench::BackendOptions backend;
+  std::string target;  // --router or --base-url, for the report
   std::string router;
   int64_t concurrency = 0;
   double request_rate = 0;
@@ -400,6 +379,16 @@ RunConfig ParseRunConfig() {
   opt.temperature = absl::GetFlag(FLAGS_temperature);
   opt.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   c.router = absl::GetFlag(FLAGS_router);
+  c.backend.name = absl::GetFlag(FLAGS_backend);
+  if (c.backend.name != "grpc" && c.backend.name != "openai") Die("--backend must be grpc or openai", 2);
+  c.backend.router = c.router;
+  c.backend.base_url = absl::GetFlag(FLAGS_base_url);
+  c.backend.model = absl::GetFlag(FLAGS_model);
+  c.backend.deadline_s = opt.deadline_s;
+  c.target = c.backend.name == "grpc" ? c.router : c.backend.base_url;
+  absl::StatusOr<pdserve::SecurityOptions> security = pdserve::SecurityOptionsFromFlags();
+  if (!security.ok()) Die(security.status(), 2);
+  c.backend.api_key = security->api_key;
   c.concurrency = absl::GetFlag(FLAGS_concurrency);
   c.request_rate = absl::GetFlag(FLAGS_request_rate);
   c.warmup = absl::GetFlag(FLAGS_warmup);
@@ -456,19 +445,11 @@ std::vector<Record> MakeRecords(const RunConfig& c, int64_t n, uint64_t stream, 
   return records;
 }
 
-std::unique_ptr<pdserve::v1::Generator::Stub> ConnectOrDie(const std::string& router) {
-  auto channel = pdserve::MakeChannel(router);
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
-    Die(absl::StrCat("cannot connect to the router at ", router, " within 10 s"), 1);
-  }
-  return pdserve::v1::Generator::NewStub(channel);
-}
-
 // --warmup requests at --concurrency (or one at a time), not counted; exits 1
 // when every one fails.
-void RunWarmup(pdserve::v1::Generator::Stub* stub, const RunConfig& c) {
+void RunWarmup(Backend* backend, const RunConfig& c) {
   std::vector<Record> warm = MakeRecords(c, c.warmup, 3, "bench-warmup-");
-  RunPhase(stub, c.opt, "warmup", std::vector<double>(static_cast<size_t>(c.warmup), 0.0),
+  RunPhase(backend, c.opt, "warmup", std::vector<double>(static_cast<size_t>(c.warmup), 0.0),
            c.concurrency > 0 ? c.concurrency : 1, &warm);
   const auto ok = std::count_if(warm.begin(), warm.end(), [](const Record& r) { return r.timing.ok; });
   if (ok == 0) {
@@ -489,6 +470,7 @@ struct RunResult {
 void PrintTable(const RunConfig& c, const RunResult& res) {
   const pdserve::bench::RunMetrics& m = res.metrics;
   Title(" Serving Benchmark Result ", '=');
+  Row("Backend:", absl::StrCat(c.backend.name, " ", c.target));
   Row("Arrivals:", c.arrival_desc);
   Row("Lengths:", c.lengths.desc);
   Row("Successful requests:", absl::StrCat(m.completed));
@@ -548,14 +530,15 @@ nlohmann::ordered_json RequestJson(const Record& r, const pdserve::bench::Slo& s
           {"e2el_ms", r.timing.e2el_ms},
           {"itl_ms", r.timing.itl_ms},
           {"good", slo.empty() ? ordered_json(nullptr) : ordered_json(pdserve::bench::MeetsSlo(r.timing, slo))},
-          {"usage", r.usage ? pdserve::UsageToJson(*r.usage) : ordered_json(nullptr)}};
+          {"usage", r.usage ? *r.usage : ordered_json(nullptr)}};
 }
 
 // The run's settings as the first keys of the JSON report.
 nlohmann::ordered_json SettingsJson(const RunConfig& c) {
   using nlohmann::ordered_json;
   ordered_json j;
-  j["router"] = c.router;
+  j["backend"] = c.backend.name;
+  j["router"] = c.target;
   j["num_prompts"] = c.num_prompts;
   j["seed"] = c.opt.seed;
   j["request_rate"] =
@@ -618,7 +601,8 @@ int main(int argc, char** argv) {
   pdserve::InitCli(
       static_cast<int>(folded.size()), args.data(),
       "A serving benchmark of a pdserve router (like `vllm bench serve`).\n"
-      "Usage: pdserve-bench [--router HOST:PORT] [--num-prompts N] [--seed S]\n"
+      "Usage: pdserve-bench [--router HOST:PORT | --backend openai --base-url http://HOST:PORT [--model M]]\n"
+      "       [--api-key KEY] [--num-prompts N] [--seed S]\n"
       "       [--concurrency N] [--request-rate R|inf]\n"
       "       [--input-len N | --input-len-range LO:HI] [--output-len N | --output-len-range LO:HI]\n"
       "       [--lengths-file FILE] [--vocab-size V] [--goodput ttft:MS tpot:MS e2el:MS]\n"
@@ -632,7 +616,11 @@ int main(int argc, char** argv) {
       "requests of 2+ tokens (0 for goodput); ITL = every gap between consecutive messages holding\n"
       "tokens (a message carrying k tokens is ONE gap, as vllm counts a streamed chunk). Duration runs\n"
       "from the first arrival to the end of the last request; token totals count successful requests.\n"
-      "Also reported: the router's own TTFT (Usage.ttft_ns) and the KV hand-off's bytes and time.\n"
+      "Also reported (gRPC only): the router's own TTFT (Usage.ttft_ns) and the KV hand-off's bytes and time.\n"
+      "--backend openai: the same requests as POST /v1/completions (prompt = the token ids, stream: true,\n"
+      "include_usage, ignore_eos); TTFT is the first SSE chunk holding a choice (its text may be empty, as\n"
+      "in vllm), ITL the gaps between such chunks, and the generated tokens come from the final usage\n"
+      "chunk. Failures count by HTTP_<status>.\n"
       "Progress goes to stderr, the table to stdout. Exit: 0 when any request succeeded, 1 when the\n"
       "router cannot be reached or every request failed, 2 on bad flags.");
 
@@ -642,12 +630,13 @@ int main(int argc, char** argv) {
   RunResult res;
   res.records = MakeRecords(c, c.num_prompts, 1, "bench-");
 
-  auto stub = ConnectOrDie(c.router);
-  std::fprintf(stderr, "pdserve-bench: %lld requests to %s, %s; %s; seed %llu\n", static_cast<long long>(c.num_prompts),
-               c.router.c_str(), c.arrival_desc.c_str(), c.lengths.desc.c_str(),
+  absl::StatusOr<std::unique_ptr<Backend>> backend = pdserve::bench::MakeBackend(c.backend);
+  if (!backend.ok()) Die(std::string(backend.status().message()), backend.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
+  std::fprintf(stderr, "pdserve-bench: %lld requests to %s (%s), %s; %s; seed %llu\n",
+               static_cast<long long>(c.num_prompts), c.target.c_str(), c.backend.name.c_str(), c.arrival_desc.c_str(), c.lengths.desc.c_str(),
                static_cast<unsigned long long>(c.opt.seed));
-  if (c.warmup > 0) RunWarmup(stub.get(), c);
-  res.duration_s = RunPhase(stub.get(), c.opt, "run", *arrivals, c.workers, &res.records);
+  if (c.warmup > 0) RunWarmup(backend->get(), c);
+  res.duration_s = RunPhase(backend->get(), c.opt, "run", *arrivals, c.workers, &res.records);
 
   std::vector<pdserve::bench::RequestOutcome> outcomes;
   for (const Record& r : res.records) outcomes.push_back({r.timing, r.lengths.input, r.error_code});

@@ -247,4 +247,52 @@ RunMetrics ComputeRunMetrics(const std::vector<RequestOutcome>& outcomes, double
   return m;
 }
 
+void StreamTimer::OnTokens(int64_t tokens, Clock::time_point now) {
+  RequestTiming& t = out_->timing;
+  const double ms = std::chrono::duration<double, std::milli>(now - (t.output_tokens == 0 ? sent_ : last_)).count();
+  if (t.output_tokens == 0) {
+    t.ttft_ms = ms;
+  } else {
+    t.itl_ms.push_back(ms);
+  }
+  last_ = now;
+  t.output_tokens += tokens;
+  ++out_->messages;
+}
+
+void StreamTimer::Finish(Clock::time_point now) {
+  out_->timing.e2el_ms = std::chrono::duration<double, std::milli>(now - sent_).count();
+}
+
+std::vector<std::string> SseParser::Feed(absl::string_view bytes) {
+  std::vector<std::string> events;
+  for (char c : bytes) {
+    const bool lf_after_cr = c == '\n' && after_cr_;
+    after_cr_ = c == '\r';
+    if (lf_after_cr) continue;  // the LF of a CRLF: the line already ended
+    if (c != '\n' && c != '\r') {
+      partial_.push_back(c);
+      continue;
+    }
+    Line(partial_, &events);
+    partial_.clear();
+  }
+  return events;
+}
+
+void SseParser::Line(absl::string_view line, std::vector<std::string>* events) {
+  if (line.empty()) {
+    if (has_data_) events->push_back(std::move(data_));
+    data_.clear();
+    has_data_ = false;
+    return;
+  }
+  if (!absl::ConsumePrefix(&line, "data")) return;  // a comment or another field
+  if (!line.empty() && !absl::ConsumePrefix(&line, ":")) return;  // "database: x" is not data
+  absl::ConsumePrefix(&line, " ");
+  if (has_data_) data_.push_back('\n');
+  data_.append(line.data(), line.size());
+  has_data_ = true;
+}
+
 }  // namespace pdserve::bench

@@ -2,13 +2,17 @@
 // test: a seeded random stream, arrival schedules (Poisson), prompt and output
 // lengths (fixed, uniform, or from a file), deterministic prompt ids,
 // percentiles (numpy's default linear interpolation), summary statistics, the
-// per-request metrics (TTFT, TPOT, ITL, E2EL) and goodput under SLOs.
+// per-request metrics (TTFT, TPOT, ITL, E2EL) and goodput under SLOs; the
+// Backend interface one request goes through (bench/backends.h has the gRPC
+// and the OpenAI-HTTP ones), the stream timer they share, and the SSE parser
+// of the HTTP backend.
 //
 // Everything random comes from SplitMix64 (no std::*_distribution, whose
 // output differs between standard libraries), so a seed gives the same
 // schedule, lengths and prompts on every platform.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -17,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace pdserve::bench {
 
@@ -167,5 +173,77 @@ struct RequestOutcome {
 // Aggregates the outcomes of a run that took duration_s (> 0 for the
 // throughputs; 0 gives throughputs of 0).
 RunMetrics ComputeRunMetrics(const std::vector<RequestOutcome>& outcomes, double duration_s, const Slo& slo);
+
+// ---- Backends: the protocol one request goes over.
+
+using Clock = std::chrono::steady_clock;
+
+// One request as every backend sends it: token ids in, a fixed output length.
+struct BackendRequest {
+  std::string request_id;
+  std::vector<uint32_t> prompt_ids;
+  int64_t max_tokens = 0;
+  float temperature = 0;  // <= 0: greedy
+  uint64_t seed = 0;
+  bool ignore_eos = true;
+  double deadline_s = 0;  // 0 = none
+};
+
+// What the client saw of one request.
+struct BackendResult {
+  RequestTiming timing;
+  int64_t messages = 0;    // stream messages (SSE events) holding tokens
+  std::string error_code;  // "" when ok: a gRPC code name, or HTTP_<status>
+  std::string error;
+  std::string finish_reason;
+  // The server's own report of the request, by field name: the router's
+  // Usage over gRPC (ttft_ns, kv_handoff_bytes, ...), the OpenAI usage block
+  // over HTTP (prompt_tokens, completion_tokens, total_tokens).
+  std::optional<nlohmann::ordered_json> usage;
+};
+
+// A protocol pdserve-bench measures the server through. Run is called from
+// many threads at once.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Sends `req`, reads its stream to the end, and fills `out` with times in
+  // ms from `sent` (taken by the caller just before the call).
+  virtual void Run(const BackendRequest& req, Clock::time_point sent, BackendResult* out) = 0;
+};
+
+// Times the token-holding messages of one stream from `sent`: the first one
+// sets TTFT, each later one adds an ITL gap (one per message, however many
+// tokens it holds).
+class StreamTimer {
+ public:
+  StreamTimer(Clock::time_point sent, BackendResult* out) : sent_(sent), last_(sent), out_(out) {}
+  // A message holding `tokens` (>= 1) tokens arrived at `now`.
+  void OnTokens(int64_t tokens, Clock::time_point now);
+  // The stream ended at `now`; sets e2el_ms.
+  void Finish(Clock::time_point now);
+
+ private:
+  Clock::time_point sent_, last_;
+  BackendResult* out_;
+};
+
+// Splits a Server-Sent Events byte stream (text/event-stream) into the data
+// of its events, whatever the bytes' split into reads: lines end in LF, CRLF
+// or CR; "data:" lines (one leading space dropped) of one event join with
+// LF; a blank line ends the event; comment lines (":") and other fields are
+// skipped; an event without data yields nothing.
+class SseParser {
+ public:
+  // The data of each event completed by `bytes`, in order.
+  std::vector<std::string> Feed(absl::string_view bytes);
+
+ private:
+  void Line(absl::string_view line, std::vector<std::string>* events);
+  std::string partial_;  // the unfinished last line
+  bool after_cr_ = false;  // the last byte was CR: a following LF is the same line end
+  std::string data_;
+  bool has_data_ = false;
+};
 
 }  // namespace pdserve::bench

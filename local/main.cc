@@ -20,6 +20,7 @@
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/metrics.h"
+#include "common/net/security_flags.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
@@ -27,6 +28,7 @@
 #include "decode_service/decode_service.h"
 #include "prefill_service/prefill_flags.h"
 #include "prefill_service/prefill_service.h"
+#include "router/openai_http.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -35,6 +37,10 @@ ABSL_FLAG(int, port, 50051, "Router port on 127.0.0.1.");
 ABSL_FLAG(int, metrics_port, 0, "HTTP port for Prometheus /metrics of all three; 0 picks one (printed), -1 turns it off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the /metrics HTTP server binds (loopback, like the rest of pdserve-local).");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8000",
+          "host:port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health, /metrics); loopback by default, like the router's gRPC port; port 0 picks one, empty turns "
+          "it off.");
 ABSL_FLAG(std::string, kv_transport, "inprocess", "KV hand-off between the workers: inprocess or grpc.");
 
 namespace {
@@ -144,18 +150,43 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
   return r;
 }
 
-// Serves /metrics until SIGTERM or SIGINT, then stops the router, the
-// prefill worker and the decode worker, in that order.
-void ServeUntilSignal(pdserve::MetricsRegistry* metrics, Router* router, PrefillWorker* prefill,
-                      DecodeWorker* decode) {
+// The OpenAI HTTP API (--http-listen) on the router's in-process channel;
+// nullptr when off. /health asks the router's view of both workers.
+std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config, pdserve::MetricsRegistry* metrics,
+                                                     Router* router) {
+  auto security = pdserve::SecurityOptionsFromFlags();
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  pdserve::OpenAiHttpOptions o;
+  o.program = kProgram;
+  o.config = config;
+  o.channel = router->server.server->InProcessChannel(pdserve::DefaultChannelArguments());
+  o.health = [router]() -> absl::Status {
+    if (router->prefill_pool->Candidates().empty()) return absl::UnavailableError("the prefill worker is not healthy");
+    if (router->decode_pool->Candidates().empty()) return absl::UnavailableError("the decode worker is not healthy");
+    return absl::OkStatus();
+  };
+  o.metrics = metrics;
+  o.security = *std::move(security);
+  auto http = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(o));
+  if (!http.ok()) pdserve::Die(http.status());
+  return *std::move(http);
+}
+
+// Serves /metrics and HTTP until SIGTERM or SIGINT, then stops the router
+// (then its HTTP front), the prefill worker and the decode worker, in that
+// order.
+void ServeUntilSignal(pdserve::MetricsRegistry* metrics, const pdserve::ModelConfig* config, Router* router,
+                      PrefillWorker* prefill, DecodeWorker* decode) {
   auto metrics_server =
       pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
+  std::unique_ptr<pdserve::OpenAiHttpServer> http = StartHttp(config, metrics, router);
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "%s: signal %d, stopping\n", kProgram, sig);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
   router->server.server->Shutdown(deadline);
+  http.reset();  // its streams ended with the router's calls
   prefill->server.started.server->Shutdown(deadline);
   prefill->service->Shutdown();
   pdserve::InProcessKvRegistry::Global().Unregister(decode->server.address);
@@ -171,7 +202,8 @@ int main(int argc, char** argv) {
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
-                   "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
+                   "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000] [--kv-dtype f32|bf16]\n"
+                   "Everything listens on loopback only (127.0.0.1) unless --http-listen says otherwise.");
   LocalOptions options = OptionsFromFlags(&metrics);
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
@@ -183,6 +215,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
                router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
                absl::GetFlag(FLAGS_kv_transport).c_str());
-  ServeUntilSignal(&metrics, &router, &prefill, &decode);
+  ServeUntilSignal(&metrics, &loaded->engine->config(), &router, &prefill, &decode);
   return 0;
 }

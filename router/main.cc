@@ -9,7 +9,9 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
 #include "common/net/metrics.h"
+#include "common/net/security_flags.h"
 #include "common/net/server.h"
+#include "router/openai_http.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -29,6 +31,9 @@ ABSL_FLAG(int, metrics_port, 9400, "HTTP port for Prometheus /metrics; 0 picks o
 ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
           "Address the /metrics HTTP server binds (0.0.0.0: every interface; 127.0.0.1: this host only).");
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let live streams finish.");
+ABSL_FLAG(std::string, http_listen, "0.0.0.0:8000",
+          "host:port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/health, /metrics); port 0 picks one, empty turns it off.");
 
 namespace {
 
@@ -60,12 +65,26 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
   }
 }
 
-// Serves `service` until SIGTERM or SIGINT, then drains (--drain-timeout-s).
-void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics) {
-  const absl::Status served = pdserve::ServeUntilShutdownSignal(
-      {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""},
-      {service}, metrics);
+// /health: a prefill and a decode worker answer their health checks.
+absl::Status WorkersHealthy(const pdserve::WorkerPool* prefill, const pdserve::WorkerPool* decode) {
+  if (prefill->Candidates().empty()) return absl::UnavailableError("no healthy prefill worker");
+  if (decode->Candidates().empty()) return absl::UnavailableError("no healthy decode worker");
+  return absl::OkStatus();
+}
+
+// Serves `service` (and --http-listen on its in-process channel) until
+// SIGTERM or SIGINT, then drains (--drain-timeout-s).
+void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics,
+                      pdserve::OpenAiHttpOptions http) {
+  const pdserve::ServeOptions o{kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host),
+                                absl::GetFlag(FLAGS_metrics_port), absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""};
+  const pdserve::FrontendStarter start_http = [&http](grpc::Server* server) -> absl::StatusOr<std::shared_ptr<void>> {
+    http.channel = server->InProcessChannel(pdserve::DefaultChannelArguments());
+    auto started = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(http));
+    if (!started.ok()) return started.status();
+    return std::shared_ptr<void>(std::move(*started));
+  };
+  const absl::Status served = pdserve::ServeUntilShutdownSignal(o, {service}, metrics, start_http);
   if (!served.ok()) pdserve::Die(served);
 }
 
@@ -77,9 +96,11 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "The pdserve router.\n"
                    "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
-                   "       [--listen 0.0.0.0:50051] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
+                   "       [--listen 0.0.0.0:50051] [--http-listen 0.0.0.0:8000] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
+  auto security = pdserve::SecurityOptionsFromFlags();
+  if (!security.ok()) pdserve::Die(security.status(), 2);
   options->metrics = &metrics;
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) pdserve::Die("--model is required (the router reads its config.json)", 2);
@@ -95,6 +116,12 @@ int main(int argc, char** argv) {
   pdserve::WorkerPool decode(pdserve::WorkerKind::kDecode, dpo);
   StartPools(&prefill, &decode);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, *std::move(options));
-  ServeUntilSignal(&service, &metrics);
+  pdserve::OpenAiHttpOptions http;
+  http.program = kProgram;
+  http.config = &*config;
+  http.health = [&prefill, &decode] { return WorkersHealthy(&prefill, &decode); };
+  http.metrics = &metrics;
+  http.security = *std::move(security);
+  ServeUntilSignal(&service, &metrics, std::move(http));
   return 0;
 }

@@ -48,3 +48,8 @@ bash "$(dirname "$0")/fetch_tokenizer.sh"
 # kubectl (for `kubectl kustomize`) is not a Debian package; the tests skip
 # the kustomize step with a message where it is missing.
 bash "$(dirname "$0")/fetch_k8s_schemas.sh"
+
+# The official OpenAI JavaScript client (npm `openai`), pinned by
+# tests/openai/package-lock.json, into .cache/openai-client: the HTTP API's
+# client test (tests/openai/openai_client_test.mjs) drives the server with it.
+bash "$(dirname "$0")/fetch_openai_client.sh"

@@ -35,6 +35,36 @@ TEST(ConfigTest, RoundTripsThroughJson) {
   EXPECT_EQ(back->ToJson(), c.ToJson());
 }
 
+TEST(ConfigTest, ChatTemplateParsesAndRoundTrips) {
+  auto c = ParseModelConfig(R"({"chat_template": {"roles": {"user": {"prefix": "U: ", "suffix": "\n"},
+      "assistant": {"prefix": "A: "}}, "generation_prefix": "A: "}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->chat_template.has_value());
+  EXPECT_EQ(c->chat_template->roles.at("user").prefix, "U: ");
+  EXPECT_EQ(c->chat_template->roles.at("user").suffix, "\n");
+  EXPECT_EQ(c->chat_template->roles.at("assistant").suffix, "");
+  EXPECT_EQ(c->chat_template->generation_prefix, "A: ");
+  auto back = ParseModelConfig(c->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), c->ToJson());
+  EXPECT_FALSE(ParseModelConfig("{}")->chat_template.has_value());
+}
+
+TEST(ConfigTest, BadChatTemplateNamesTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"chat_template": "chatml"})", "'chat_template'"},
+      {R"({"chat_template": {"roles": {}}})", "'chat_template'"},
+      {R"({"chat_template": {"roles": {"user": "U: "}}})", "'chat_template.roles.user'"},
+      {R"({"chat_template": {"roles": {"user": {"prefix": 3}}}})", "'chat_template.roles.user.prefix'"},
+      {R"({"chat_template": {"roles": {"user": {}}, "generation_prefix": []}})", "'chat_template.generation_prefix'"},
+  };
+  for (const auto& [json, field] : cases) {
+    auto c = ParseModelConfig(json);
+    ASSERT_FALSE(c.ok()) << json;
+    EXPECT_NE(std::string(c.status().message()).find(field), std::string::npos) << c.status();
+  }
+}
+
 TEST(ConfigTest, AcceptsFlatYarnKeys) {
   auto c = ParseModelConfig(R"({"yarn_factor": 8, "yarn_original_max_position": 2048})");
   ASSERT_TRUE(c.ok()) << c.status();

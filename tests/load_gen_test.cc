@@ -345,5 +345,47 @@ TEST(RunMetricsTest, NoSloNoGoodputAndZeroDuration) {
   EXPECT_TRUE(std::isnan(none.ttft_ms.mean));
 }
 
+// --- The stream timer and the SSE parser (the backends) -------------------
+
+TEST(StreamTimerTest, FirstMessageIsTtftLaterOnesAreOneGapEach) {
+  const Clock::time_point sent{};
+  BackendResult out;
+  StreamTimer timer(sent, &out);
+  timer.OnTokens(1, sent + std::chrono::milliseconds(40));
+  timer.OnTokens(3, sent + std::chrono::milliseconds(50));  // 3 tokens: one gap
+  timer.OnTokens(1, sent + std::chrono::milliseconds(75));
+  timer.Finish(sent + std::chrono::milliseconds(80));
+  EXPECT_DOUBLE_EQ(out.timing.ttft_ms, 40);
+  EXPECT_EQ(out.timing.itl_ms, (std::vector<double>{10, 25}));
+  EXPECT_EQ(out.timing.output_tokens, 5);
+  EXPECT_EQ(out.messages, 3);
+  EXPECT_DOUBLE_EQ(out.timing.e2el_ms, 80);
+}
+
+TEST(SseParserTest, EventsEndAtABlankLineWhateverTheSplit) {
+  const std::string stream = "data: {\"a\":1}\n\n: keep-alive comment\n\ndata: [DONE]\n\n";
+  for (size_t step = 1; step <= stream.size(); ++step) {
+    SseParser p;
+    std::vector<std::string> got;
+    for (size_t i = 0; i < stream.size(); i += step) {
+      for (std::string& e : p.Feed(absl::string_view(stream).substr(i, step))) got.push_back(std::move(e));
+    }
+    ASSERT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "[DONE]"})) << "split every " << step << " bytes";
+  }
+}
+
+TEST(SseParserTest, LineEndingsDataLinesAndOtherFields) {
+  SseParser p;
+  // CRLF and CR line ends; two data lines join with LF; "data:" without a
+  // space; event/id fields and a field merely starting with "data" ignored.
+  EXPECT_EQ(p.Feed("event: x\r\ndata: one\r\ndata:two\r\nid: 7\r\ndatabase: no\r\n\r\n"),
+            (std::vector<std::string>{"one\ntwo"}));
+  EXPECT_EQ(p.Feed("data: three\r\r"), (std::vector<std::string>{"three"}));
+  EXPECT_EQ(p.Feed("id: 1\n\n"), std::vector<std::string>{});  // no data: no event
+  EXPECT_EQ(p.Feed("data\n\n"), (std::vector<std::string>{""}));
+  EXPECT_EQ(p.Feed("data: unfinished\n"), std::vector<std::string>{});  // waits for the blank line
+  EXPECT_EQ(p.Feed("\n"), (std::vector<std::string>{"unfinished"}));
+}
+
 }  // namespace
 }  // namespace pdserve::bench

@@ -248,6 +248,11 @@ std::string ModelConfig::ToJson() const {
       break;
   }
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  if (chat_template) {
+    json t = {{"generation_prefix", chat_template->generation_prefix}};
+    for (const auto& [role, r] : chat_template->roles) t["roles"][role] = {{"prefix", r.prefix}, {"suffix", r.suffix}};
+    j["chat_template"] = std::move(t);
+  }
   return j.dump(2);
 }
 
@@ -402,6 +407,47 @@ absl::Status ParseEosTokenId(const json& j, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// "chat_template": {"roles": {ROLE: {"prefix": S, "suffix": S}, ...},
+// "generation_prefix": S}; null or absent for none. At most kMaxChatRoles
+// roles, each string at most kMaxChatTemplateString bytes.
+constexpr size_t kMaxChatRoles = 16;
+constexpr size_t kMaxChatTemplateString = 4096;
+
+absl::Status ReadTemplateString(const json& obj, const std::string& key, const std::string& path, std::string* out) {
+  RETURN_IF_ERROR(ReadField(obj, key, path, out));
+  if (out->size() > kMaxChatTemplateString) {
+    return absl::InvalidArgumentError(absl::StrCat("config field '", path, "' is ", out->size(), " bytes, at most ",
+                                                   kMaxChatTemplateString, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseChatTemplate(const json& j, ModelConfig* c) {
+  auto it = j.find("chat_template");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  auto roles = it->is_object() ? it->find("roles") : it->end();
+  if (!it->is_object() || roles == it->end() || !roles->is_object() || roles->empty() ||
+      roles->size() > kMaxChatRoles) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'chat_template' must be an object with 'roles' (1 to ", kMaxChatRoles,
+        " roles, each {\"prefix\": ..., \"suffix\": ...}) and 'generation_prefix', found ", JsonExcerpt(*it)));
+  }
+  ChatTemplate t;
+  RETURN_IF_ERROR(ReadTemplateString(*it, "generation_prefix", "chat_template.generation_prefix", &t.generation_prefix));
+  for (const auto& [role, r] : roles->items()) {
+    const std::string path = absl::StrCat("chat_template.roles.", role.substr(0, 64));
+    if (!r.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config field '", path, "' must be {\"prefix\": ..., \"suffix\": ...}, found ", JsonExcerpt(r)));
+    }
+    ChatTemplate::Role& out = t.roles[role];
+    RETURN_IF_ERROR(ReadTemplateString(r, "prefix", path + ".prefix", &out.prefix));
+    RETURN_IF_ERROR(ReadTemplateString(r, "suffix", path + ".suffix", &out.suffix));
+  }
+  c->chat_template = std::move(t);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
@@ -416,6 +462,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   RETURN_IF_ERROR(ParseSinkClamp(j, &c));
   RETURN_IF_ERROR(ParseTokenizer(j, &c));
   RETURN_IF_ERROR(ParseEosTokenId(j, &c));
+  RETURN_IF_ERROR(ParseChatTemplate(j, &c));
   RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }

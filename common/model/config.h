@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -45,6 +46,19 @@ inline constexpr size_t kMaxConfigNameBytes = 256;
 // parser sees it. Real files nest 3-5 levels.
 inline constexpr int kMaxJsonDepth = 64;
 
+// How the OpenAI chat endpoint turns `messages` into one prompt text
+// (docs/model.md, "Chat template"): each message becomes its role's prefix,
+// its content and its role's suffix, in order; then generation_prefix is
+// appended (where the model's answer starts). Roles not listed are refused.
+struct ChatTemplate {
+  struct Role {
+    std::string prefix;
+    std::string suffix;
+  };
+  std::map<std::string, Role> roles;  // by role name: "system", "user", "assistant", ...
+  std::string generation_prefix;
+};
+
 struct ModelConfig {
   std::string name = "gpt-oss-lite-502m";
   int64_t vocab_size = 128000;
@@ -69,6 +83,8 @@ struct ModelConfig {
   TokenizerType tokenizer = TokenizerType::kByte;
   std::string tokenizer_file;  // for kBpe, relative to the model directory
   std::optional<int64_t> eos_token_id;
+  // For /v1/chat/completions; a model without one cannot chat.
+  std::optional<ChatTemplate> chat_template;
 
   // Layer l is windowed iff l % 2 == 0 (docs/model.md).
   static bool IsWindowed(int64_t layer) { return layer % 2 == 0; }

@@ -46,6 +46,7 @@ std::string ModelFingerprint(const ModelWeights& weights) {
   Hasher h;
   ModelConfig arch = weights.config;
   arch.name.clear();  // a renamed copy of the same model is the same model
+  arch.chat_template.reset();  // so is one that chats differently
   h.String(arch.ToJson());
   ModelWeights& w = const_cast<ModelWeights&>(weights);  // NamedTensors only reads here
   for (const NamedTensor& nt : NamedTensors(&w)) {

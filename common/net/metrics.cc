@@ -9,21 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-// Debian's libcpp-httplib-dev is the compiled ("split") build: httplib.h only
-// declares, libcpp-httplib.so defines. The library was built with these three
-// options (`pkg-config --cflags cpp-httplib`), and they change the layout of
-// httplib::Request, so they must be defined wherever httplib.h is included.
-// Only this file includes it.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
-#include <httplib.h>
+#include "common/net/httplib_config.h"  // before anything else includes httplib.h
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

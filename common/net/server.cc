@@ -68,13 +68,16 @@ int WaitForShutdownSignal() {
 }
 
 absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::vector<grpc::Service*>& services,
-                                      const MetricsRegistry* metrics) {
+                                      const MetricsRegistry* metrics, const FrontendStarter& start_frontend) {
   absl::StatusOr<StartedServer> server = StartServer(options.listen, services);
   if (!server.ok()) return server.status();
   std::fprintf(stderr, "%s: serving on port %d%s\n", options.program.c_str(), server->port,
                options.serving_note.c_str());
   auto metrics_server = ServeMetrics(options.metrics_host, options.metrics_port, metrics, options.program);
   if (!metrics_server.ok()) return metrics_server.status();
+  absl::StatusOr<std::shared_ptr<void>> frontend = std::shared_ptr<void>();
+  if (start_frontend) frontend = start_frontend(server->server.get());
+  if (!frontend.ok()) return frontend.status();
 
   const int sig = WaitForShutdownSignal();
   std::fprintf(stderr, "%s: signal %d, draining\n", options.program.c_str(), sig);

@@ -4,6 +4,7 @@
 // that can be 0 (the kernel picks).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,13 +62,19 @@ struct ServeOptions {
   std::string serving_note;      // appended to the "serving on port N" line
 };
 
+// Starts what else a process serves on top of its gRPC server, e.g. the
+// OpenAI HTTP server on the server's in-process channel; what it returns
+// lives until the gRPC server has shut down.
+using FrontendStarter = std::function<absl::StatusOr<std::shared_ptr<void>>(grpc::Server*)>;
+
 // A worker's main loop: serves `services` (StartServer) and /metrics, logs
 // "<program>: serving on port N<serving_note>", blocks until SIGINT or
 // SIGTERM (call BlockShutdownSignals first), logs "<program>: signal S,
 // draining" and shuts the server down, letting calls run for
-// drain_timeout. Returns StartServer's or ServeMetrics's error when either
+// drain_timeout. `start_frontend`, when given, runs once the server is up.
+// Returns StartServer's, ServeMetrics's or start_frontend's error when one
 // cannot start (the caller exits).
 absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::vector<grpc::Service*>& services,
-                                      const MetricsRegistry* metrics);
+                                      const MetricsRegistry* metrics, const FrontendStarter& start_frontend = nullptr);
 
 }  // namespace pdserve

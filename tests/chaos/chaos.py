@@ -524,7 +524,8 @@ def main():
     procs["router"] = Proc("router", [os.path.join(build, "router", "pdserve-router"), "--model", model, "--listen",
                                       addr["router"], "--prefill", f"{addr['P0']},{addr['P1']}", "--decode",
                                       f"{addr['D0']},{addr['D1']}", "--poll-interval-ms", "100", "--max-attempts",
-                                      "3", "--metrics-port", "0"], os.path.join(work, "router.log"))
+                                      "3", "--metrics-port", "0", "--http-listen", "127.0.0.1:0"],
+                           os.path.join(work, "router.log"))
     for p in procs.values():
         p.addr = addr[p.name]
     failed_setup = None

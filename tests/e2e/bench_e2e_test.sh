@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pdserve-bench against the local stack on a small random model: a closed
 # loop at fixed concurrency with goodput SLOs, a Poisson open loop with
-# uniform lengths, lengths from a file, failures counted by status code, and
-# the flag and connection errors.
+# uniform lengths, lengths from a file, failures counted by status code, the
+# same closed loop through the OpenAI HTTP API (--backend openai), and the
+# flag and connection errors.
 # Usage: bench_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -13,7 +14,8 @@ BENCH="$BUILD/bench/pdserve-bench"
 "$BENCH" --help >/dev/null || fail "--help did not exit 0"
 ok "--help exits 0"
 for bad in "--goodput itl:5" "--input-len 4 --input-len-range 1:2" "--output-len-range 9:3" "--request-rate -1" \
-           "--save-requests" "--lengths-file $WORK/missing"; do
+           "--save-requests" "--lengths-file $WORK/missing" "--backend bogus" \
+           "--backend openai --base-url ftp://127.0.0.1:1"; do
   rc=0
   # shellcheck disable=SC2086
   "$BENCH" --router 127.0.0.1:1 $bad >/dev/null 2>"$WORK/err.txt" || rc=$?
@@ -24,7 +26,8 @@ ok "bad flags exit 2"
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
 # A port apart from the other e2e scripts' ranges, so they can run side by side.
 PORT=$((30000 + $$ % 10000))
-start_local_stack "$WORK/m" "$PORT"
+start_local_stack "$WORK/m" "$PORT"  # with --http-listen 127.0.0.1:0 (lib.sh)
+HTTP_PORT=$(grep -o "http on port [0-9]*" "$WORK/local.log" | grep -o "[0-9]*$") || fail "no 'http on port N' line"
 
 # 1. Closed loop: 8 prompts of 32 tokens, 16 out each, 4 in flight, goodput
 #    SLOs in vllm's spelling (two arguments), a warmup request.
@@ -139,6 +142,40 @@ grep -Eq "^  INVALID_ARGUMENT: +2$" "$WORK/out.txt" || fail "failures not counte
 grep -q "every request failed" "$WORK/err.txt" || fail "no 'every request failed' line"
 ok "failures counted by status code, exit 1"
 
+# 5. The closed loop of 1. through the OpenAI HTTP API: the same requests
+#    as POST /v1/completions with SSE, the same report and token counts.
+rc=0
+"$BENCH" --backend openai --base-url "http://127.0.0.1:$HTTP_PORT/v1" --num-prompts 8 --concurrency 4 --input-len 32 \
+  --output-len 16 --warmup 1 --seed 7 --json-out "$WORK/openai.json" --save-requests \
+  >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 0 ] || fail "openai backend: exit $rc"
+grep -Eq "^Backend: +openai http://127.0.0.1:$HTTP_PORT/v1$" "$WORK/out.txt" || fail "openai: no backend row"
+grep -Eq "^Successful requests: +8$" "$WORK/out.txt" || fail "openai: not 8 successful requests"
+grep -Eq "^Failed requests: +0$" "$WORK/out.txt" || fail "openai: failed requests"
+grep -Eq "^Total generated tokens: +128$" "$WORK/out.txt" || fail "openai: generated tokens"
+grep -Eq "^Mean TTFT \(ms\): +[0-9]+\.[0-9]{2}$" "$WORK/out.txt" || fail "openai: no TTFT row"
+/usr/bin/python3 - "$WORK/openai.json" <<'EOF' || fail "openai JSON"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["backend"] == "openai" and j["successful_requests"] == 8 and j["failed_requests"] == 0, j
+assert j["total_input_tokens"] == 256 and j["total_output_tokens"] == 128, j
+assert j["ttft_ms"]["count"] == 8 and j["server"]["ttft_ms"]["count"] == 0, j  # no router Usage over HTTP
+for r in j["requests"]:
+    u = r["usage"]
+    assert r["ok"] and r["output_tokens"] == 16 and r["finish_reason"] == "length", r
+    assert u == {"prompt_tokens": 32, "completion_tokens": 16, "total_tokens": 48}, u
+    assert 0 < r["ttft_ms"] <= r["e2el_ms"] and 1 <= r["messages"] <= 16, r
+    # One ITL per chunk holding a choice after the first (text may be empty:
+    # most of this random model's ids have no byte of their own).
+    assert len(r["itl_ms"]) == r["messages"] - 1, r
+print("ok: openai JSON (TTFT p50 %.1f ms, TPOT p50 %.1f ms)" % (j["ttft_ms"]["median"], j["tpot_ms"]["median"]))
+EOF
+rc=0
+"$BENCH" --backend openai --base-url "http://127.0.0.1:$HTTP_PORT" --num-prompts 2 --input-len 4 --output-len 2 \
+  --vocab-size 100000 >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 1 ] && grep -Eq "^  HTTP_400: +2$" "$WORK/out.txt" || fail "openai, ids beyond the vocabulary: exit $rc"
+ok "openai backend: report, usage, failures counted by HTTP status"
+
 stop_local_stack
 
 # No router: a clear error and exit 1, not a hang.
@@ -146,4 +183,9 @@ rc=0
 timeout 60 "$BENCH" --router "$ROUTER" --num-prompts 2 >/dev/null 2>"$WORK/err.txt" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot connect to the router" "$WORK/err.txt" || fail "no router: exit $rc"
 ok "no router exits 1"
+rc=0
+timeout 60 "$BENCH" --backend openai --base-url "http://127.0.0.1:$HTTP_PORT" --num-prompts 2 >/dev/null \
+  2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 1 ] && grep -q "cannot connect to the HTTP API" "$WORK/err.txt" || fail "no HTTP API: exit $rc"
+ok "no HTTP API exits 1"
 echo "PASS"

@@ -10,7 +10,7 @@
 # Usage: flag_defaults_test.sh BUILD_DIR
 set -euo pipefail
 BUILD=$1
-PER_PROCESS="metrics_port metrics_host kv_transport"
+PER_PROCESS="metrics_port metrics_host kv_transport http_listen"
 OWN_FILE="model"
 /usr/bin/python3 - "$BUILD" "$PER_PROCESS" "$OWN_FILE" <<'PY'
 import re, subprocess, sys

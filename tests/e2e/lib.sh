@@ -3,7 +3,8 @@
 # Source it after `set -euo pipefail`, then call e2e_init "$@".
 #   e2e_init BUILD_DIR SOURCE_DIR   sets BUILD, SRC, WORK; cleans up on exit
 #   E2E_LOGS=(a.txt b.log)          files under $WORK that fail() prints
-#   start_local_stack MODEL PORT [ARGS...]   pdserve-local; sets STACK, ROUTER
+#   start_local_stack MODEL PORT [ARGS...]   pdserve-local (its HTTP API on a port
+#                                   it picks, not 8000); sets STACK, ROUTER
 #   stop_local_stack                SIGTERM; fails unless it exits 0 in 10 s
 
 e2e_init() {
@@ -33,7 +34,7 @@ ok() { echo "ok: $*"; }
 start_local_stack() {
   local model=$1 port=$2
   shift 2
-  OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$model" --port "$port" "$@" \
+  OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$model" --port "$port" --http-listen 127.0.0.1:0 "$@" \
     >"$WORK/local.log" 2>&1 &
   STACK=$!
   for _ in $(seq 1 300); do grep -q "router on" "$WORK/local.log" && break; sleep 0.1; done

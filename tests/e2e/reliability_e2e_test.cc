@@ -96,7 +96,7 @@ struct Stack {
               std::vector<std::string> extra = {}) {
     argv[name] = {Bin("router/pdserve-router"), "--model", model, "--listen", "127.0.0.1:0", "--prefill", prefill,
                   "--decode", decode, "--poll-interval-ms", "100", "--max-new-tokens-cap", "4000",
-                  "--metrics-port", "0"};
+                  "--metrics-port", "0", "--http-listen", "127.0.0.1:0"};
     argv[name].insert(argv[name].end(), extra.begin(), extra.end());
     Start(name);
   }

@@ -93,7 +93,8 @@ struct Stack {
                    std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {Bin("router/pdserve-router"), "--model", model, "--listen", "127.0.0.1:0",
                                      "--prefill", prefill, "--decode", decode, "--poll-interval-ms", "100",
-                                     "--max-new-tokens-cap", "4000", "--metrics-port", "0"};
+                                     "--max-new-tokens-cap", "4000", "--metrics-port", "0",
+                                     "--http-listen", "127.0.0.1:0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     StartProc(name, argv);
   }

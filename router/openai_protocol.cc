@@ -1,0 +1,400 @@
+#include "router/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "nlohmann/json.hpp"
+
+namespace pdserve {
+namespace {
+
+using json = nlohmann::json;
+using MaybeError = std::optional<OpenAiError>;
+
+#define OAI_RETURN_IF_ERROR(expr)    \
+  do {                               \
+    if (MaybeError e_ = (expr)) return e_; \
+  } while (0)
+
+OpenAiError Bad(std::string param, std::string message) {
+  OpenAiError e;
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+// The field, or nullptr when absent or null.
+const json* Find(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+MaybeError ReadBool(const json& j, const char* key, bool* out) {
+  const json* v = Find(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return Bad(key, absl::StrCat("'", key, "' must be a boolean"));
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+MaybeError ReadNumber(const json& j, const char* key, double lo, double hi, double* out) {
+  const json* v = Find(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return Bad(key, absl::StrCat("'", key, "' must be a number"));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return Bad(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", d));
+  }
+  *out = d;
+  return std::nullopt;
+}
+
+MaybeError ReadInt(const json& j, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+  const json* v = Find(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return Bad(key, absl::StrCat("'", key, "' must be an integer"));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Bad(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "]"));
+  }
+  const int64_t i = v->get<int64_t>();
+  if (i < lo || i > hi) return Bad(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "], got ", i));
+  *out = i;
+  return std::nullopt;
+}
+
+MaybeError ParseObject(const std::string& body, json* j) {
+  *j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j->is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!j->is_object()) return Bad("", "the request body must be a JSON object");
+  return std::nullopt;
+}
+
+MaybeError CheckModel(const json& j, const ServedModel& model) {
+  const json* v = Find(j, "model");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return Bad("model", "'model' must be a string");
+  if (v->get<std::string>() == model.id) return std::nullopt;
+  OpenAiError e = Bad("model", absl::StrCat("The model '", v->get<std::string>().substr(0, 128),
+                                            "' does not exist; this server serves '", model.id, "'"));
+  e.http_status = 404;
+  e.code = "model_not_found";
+  return e;
+}
+
+// Fields OpenAI defines that pdserve does not implement: refused unless
+// absent, null or neutral.
+MaybeError RefuseUnsupported(const json& j) {
+  struct Neutral {
+    const char* key;
+    json value;
+    const char* what;
+  };
+  const Neutral fields[] = {
+      {"n", 1, "only one choice per request is supported: 'n' must be 1"},
+      {"best_of", 1, "'best_of' must be 1"},
+      {"echo", false, "'echo' is not supported (must be false)"},
+      {"presence_penalty", 0, "'presence_penalty' is not supported (must be 0)"},
+      {"frequency_penalty", 0, "'frequency_penalty' is not supported (must be 0)"},
+      {"suffix", "", "'suffix' is not supported"},
+      {"logprobs", false, "'logprobs' is not supported"},
+      {"top_logprobs", 0, "'top_logprobs' is not supported"},
+  };
+  for (const Neutral& f : fields) {
+    const json* v = Find(j, f.key);
+    if (v == nullptr) continue;
+    const bool zero_logprobs = std::string(f.key) == "logprobs" && v->is_number_integer() && v->get<int64_t>() == 0;
+    if (*v != f.value && !zero_logprobs) return Bad(f.key, f.what);
+  }
+  for (const char* key : {"logit_bias", "tools", "functions"}) {
+    const json* v = Find(j, key);
+    if (v != nullptr && !v->empty()) return Bad(key, absl::StrCat("'", key, "' is not supported"));
+  }
+  return std::nullopt;
+}
+
+MaybeError ParseStop(const json& j, pdserve::v1::SamplingParams* s) {
+  const json* v = Find(j, "stop");
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) {
+    if (v->get<std::string>().empty()) return Bad("stop", "'stop' must not be empty");
+    s->add_stop(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return Bad("stop", "'stop' must be a string or an array of strings");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& e = (*v)[i];
+    if (!e.is_string() || e.get<std::string>().empty()) {
+      return Bad("stop", absl::StrCat("'stop[", i, "]' must be a non-empty string"));
+    }
+    s->add_stop(e.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// max_tokens (or max_completion_tokens), temperature, top_p, top_k, seed,
+// stop, ignore_eos. Defaults as OpenAI: temperature 1, top_p 1.
+MaybeError ParseSampling(const json& j, uint32_t default_max_tokens, const ServedModel& model,
+                         pdserve::v1::SamplingParams* s) {
+  const int64_t cap = std::min<int64_t>(std::max<int64_t>(model.max_context, 1), std::numeric_limits<uint32_t>::max());
+  int64_t max_tokens = default_max_tokens;
+  OAI_RETURN_IF_ERROR(ReadInt(j, "max_completion_tokens", 1, cap, &max_tokens));
+  OAI_RETURN_IF_ERROR(ReadInt(j, "max_tokens", 1, cap, &max_tokens));
+  s->set_max_new_tokens(static_cast<uint32_t>(max_tokens));
+  double temperature = 1.0, top_p = 1.0;
+  OAI_RETURN_IF_ERROR(ReadNumber(j, "temperature", 0.0, 2.0, &temperature));
+  OAI_RETURN_IF_ERROR(ReadNumber(j, "top_p", 0.0, 1.0, &top_p));
+  s->set_temperature(static_cast<float>(temperature));
+  s->set_top_p(static_cast<float>(top_p));
+  int64_t top_k = 0;
+  OAI_RETURN_IF_ERROR(ReadInt(j, "top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
+  s->set_top_k(top_k < 0 ? 0 : static_cast<uint32_t>(top_k));  // -1: no limit (vLLM's spelling)
+  int64_t seed = 0;
+  OAI_RETURN_IF_ERROR(ReadInt(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                              &seed));
+  s->set_seed(static_cast<uint64_t>(seed));
+  bool ignore_eos = false;
+  OAI_RETURN_IF_ERROR(ReadBool(j, "ignore_eos", &ignore_eos));
+  s->set_ignore_eos(ignore_eos);
+  return ParseStop(j, s);
+}
+
+MaybeError ParseStreaming(const json& j, OpenAiRequest* out) {
+  OAI_RETURN_IF_ERROR(ReadBool(j, "stream", &out->stream));
+  const json* opts = Find(j, "stream_options");
+  if (opts == nullptr) return std::nullopt;
+  if (!opts->is_object()) return Bad("stream_options", "'stream_options' must be an object");
+  if (MaybeError e = ReadBool(*opts, "include_usage", &out->include_usage)) {
+    e->param = "stream_options.include_usage";
+    e->message = "'stream_options.include_usage' must be a boolean";
+    return e;
+  }
+  return std::nullopt;
+}
+
+// Ids in one JSON array into token_ids; false when one is not a uint32.
+bool ReadTokenIds(const json& a, pdserve::v1::GenerateRequest* g) {
+  for (const json& e : a) {
+    if (!e.is_number_unsigned() || e.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) return false;
+    g->add_token_ids(static_cast<uint32_t>(e.get<uint64_t>()));
+  }
+  return true;
+}
+
+// "prompt": a string, an array of token ids, or an array of one string (or
+// of one array of ids); more than one prompt is a batch, refused.
+MaybeError ParsePrompt(const json& j, pdserve::v1::GenerateRequest* g) {
+  const json* p = Find(j, "prompt");
+  if (p == nullptr) return Bad("prompt", "'prompt' is required");
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    if (p->get<std::string>().empty()) return Bad("prompt", "'prompt' is empty");
+    g->set_text(p->get<std::string>());
+    return std::nullopt;
+  }
+  if (!p->is_array()) return Bad("prompt", "'prompt' must be a string or an array of token ids");
+  if (p->empty()) return Bad("prompt", "'prompt' is empty");
+  if ((*p)[0].is_string() || (*p)[0].is_array()) {
+    return Bad("prompt", "several prompts in one request (batch) are not supported: send one prompt per request");
+  }
+  if (!ReadTokenIds(*p, g)) return Bad("prompt", "'prompt' token ids must be integers in [0, 2^32)");
+  return std::nullopt;
+}
+
+// One message's text: a string, or text parts.
+MaybeError MessageContent(const json& m, const std::string& where, std::string* text) {
+  const json* c = Find(m, "content");
+  if (c == nullptr) return Bad(where + ".content", absl::StrCat("'", where, ".content' is required"));
+  if (c->is_string()) {
+    *text = c->get<std::string>();
+    return std::nullopt;
+  }
+  if (!c->is_array()) return Bad(where + ".content", absl::StrCat("'", where, ".content' must be a string or parts"));
+  for (size_t i = 0; i < c->size(); ++i) {
+    const json& part = (*c)[i];
+    const json* type = part.is_object() ? Find(part, "type") : nullptr;
+    const json* t = part.is_object() ? Find(part, "text") : nullptr;
+    if (type == nullptr || *type != "text" || t == nullptr || !t->is_string()) {
+      return Bad(absl::StrCat(where, ".content[", i, "]"),
+                 absl::StrCat("'", where, ".content[", i, "]' must be {\"type\": \"text\", \"text\": ...}"));
+    }
+    *text += t->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+json UsageJson(const pdserve::v1::Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens()},
+          {"completion_tokens", u.generated_tokens()},
+          {"total_tokens", static_cast<uint64_t>(u.prompt_tokens()) + u.generated_tokens()}};
+}
+
+json FinishJson(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+json Envelope(const char* object, const CompletionPiece& p) {
+  return {{"id", p.id}, {"object", object}, {"created", p.created}, {"model", p.model}};
+}
+
+}  // namespace
+
+std::string ErrorBody(const OpenAiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return json{{"error", std::move(e)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<OpenAiError> ParseCompletionRequest(const std::string& body, const ServedModel& model,
+                                                  OpenAiRequest* out) {
+  json j;
+  OAI_RETURN_IF_ERROR(ParseObject(body, &j));
+  out->endpoint = OpenAiEndpoint::kCompletions;
+  OAI_RETURN_IF_ERROR(CheckModel(j, model));
+  OAI_RETURN_IF_ERROR(RefuseUnsupported(j));
+  OAI_RETURN_IF_ERROR(ParsePrompt(j, &out->generate));
+  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultCompletionMaxTokens, model, out->generate.mutable_sampling()));
+  return ParseStreaming(j, out);
+}
+
+std::optional<OpenAiError> ParseChatRequest(const std::string& body, const ServedModel& model, OpenAiRequest* out) {
+  json j;
+  OAI_RETURN_IF_ERROR(ParseObject(body, &j));
+  out->endpoint = OpenAiEndpoint::kChat;
+  OAI_RETURN_IF_ERROR(CheckModel(j, model));
+  if (model.chat_template == nullptr) {
+    return Bad("messages", absl::StrCat("model '", model.id,
+                                        "' has no chat template (config.json 'chat_template'): use /v1/completions"));
+  }
+  OAI_RETURN_IF_ERROR(RefuseUnsupported(j));
+  const json* messages = Find(j, "messages");
+  if (messages == nullptr) return Bad("messages", "'messages' is required");
+  std::string prompt;
+  OAI_RETURN_IF_ERROR(RenderChatPrompt(*messages, *model.chat_template, &prompt));
+  out->generate.set_text(std::move(prompt));
+  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling()));
+  return ParseStreaming(j, out);
+}
+
+std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, const ChatTemplate& tmpl,
+                                            std::string* prompt) {
+  if (!messages.is_array() || messages.empty()) return Bad("messages", "'messages' must be a non-empty array");
+  prompt->clear();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string where = absl::StrCat("messages[", i, "]");
+    const json& m = messages[i];
+    const json* role = m.is_object() ? Find(m, "role") : nullptr;
+    if (role == nullptr || !role->is_string()) {
+      return Bad(where + ".role", absl::StrCat("'", where, "' must be an object with a string 'role'"));
+    }
+    auto r = tmpl.roles.find(role->get<std::string>());
+    if (r == tmpl.roles.end()) {
+      std::string known;
+      for (const auto& [name, unused] : tmpl.roles) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
+      return Bad(where + ".role", absl::StrCat("'", where, ".role' '", role->get<std::string>().substr(0, 64),
+                                               "' is not in this model's chat template (", known, ")"));
+    }
+    std::string content;
+    OAI_RETURN_IF_ERROR(MessageContent(m, where, &content));
+    absl::StrAppend(prompt, r->second.prefix, content, r->second.suffix);
+  }
+  prompt->append(tmpl.generation_prefix);
+  return std::nullopt;
+}
+
+std::string FinishReasonString(pdserve::v1::FinishReason reason) {
+  switch (reason) {
+    case pdserve::v1::FINISH_REASON_LENGTH: return "length";
+    case pdserve::v1::FINISH_REASON_EOS:
+    case pdserve::v1::FINISH_REASON_STOP: return "stop";
+    default: return "";
+  }
+}
+
+std::string CompletionBody(OpenAiEndpoint endpoint, const CompletionPiece& piece, const pdserve::v1::Usage& usage) {
+  const bool chat = endpoint == OpenAiEndpoint::kChat;
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(piece.finish_reason)}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", piece.text}};
+  } else {
+    choice["text"] = piece.text;
+  }
+  json j = Envelope(chat ? "chat.completion" : "text_completion", piece);
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = UsageJson(usage);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ChunkBody(OpenAiEndpoint endpoint, const CompletionPiece& piece, bool first, bool usage_null) {
+  const bool chat = endpoint == OpenAiEndpoint::kChat;
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(piece.finish_reason)}};
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!piece.text.empty() || first) delta["content"] = piece.text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = piece.text;
+  }
+  json j = Envelope(chat ? "chat.completion.chunk" : "text_completion", piece);
+  j["choices"] = json::array({std::move(choice)});
+  if (usage_null) j["usage"] = nullptr;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string UsageChunkBody(OpenAiEndpoint endpoint, const CompletionPiece& piece, const pdserve::v1::Usage& usage) {
+  json j = Envelope(endpoint == OpenAiEndpoint::kChat ? "chat.completion.chunk" : "text_completion", piece);
+  j["choices"] = json::array();
+  j["usage"] = UsageJson(usage);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ModelsBody(const ServedModel& model) {
+  json m = {{"id", model.id},
+            {"object", "model"},
+            {"created", model.created},
+            {"owned_by", "pdserve"},
+            {"max_model_len", model.max_context}};
+  return json{{"object", "list"}, {"data", json::array({std::move(m)})}}.dump(-1, ' ', false,
+                                                                              json::error_handler_t::replace);
+}
+
+OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint) {
+  OpenAiError e;
+  e.message = absl::StrReplaceAll(status.error_message(),
+                                  {{"sampling.max_new_tokens", "max_tokens"}, {"max_new_tokens", "max_tokens"}});
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: {
+      e.http_status = 400;
+      const char* prompt = endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt";
+      const std::pair<const char*, const char*> fields[] = {
+          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"},
+          {"stop", "stop"},             {"token_ids", prompt},          {"text:", prompt},  {"text tokenizes", prompt}, {"prompt", prompt}};
+      for (const auto& [needle, param] : fields) {
+        if (absl::StrContains(e.message, needle)) {
+          e.param = param;
+          break;
+        }
+      }
+      break;
+    }
+    case grpc::StatusCode::UNAUTHENTICATED:
+      e = {401, e.message, "authentication_error", "", "invalid_api_key"};
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED: e = {403, e.message, "permission_error", "", ""}; break;
+    case grpc::StatusCode::NOT_FOUND: e = {404, e.message, "invalid_request_error", "", "not_found"}; break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      e = {429, e.message, "rate_limit_error", "", "rate_limit_exceeded"};
+      break;
+    case grpc::StatusCode::UNAVAILABLE: e = {503, e.message, "service_unavailable", "", "unavailable"}; break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: e = {504, e.message, "timeout", "", "deadline_exceeded"}; break;
+    case grpc::StatusCode::CANCELLED: e = {499, e.message, "cancelled", "", "cancelled"}; break;
+    default: e = {500, e.message, "server_error", "", "internal_error"}; break;
+  }
+  return e;
+}
+
+}  // namespace pdserve

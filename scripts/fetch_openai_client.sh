@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the official OpenAI JavaScript client (the npm package `openai`),
+# which tests/openai/openai_client_test.mjs drives the HTTP API with. The
+# version is pinned by tests/openai/package-lock.json; it goes to
+# .cache/openai-client (git-ignored), or $PDSERVE_OPENAI_CLIENT. Once there,
+# the test runs offline.
+#
+# Idempotent: does nothing while the installed lock file matches. Needs node
+# and npm. Without them it says so and exits 0 unless --required is given:
+# the test then skips.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=tests/openai
+DEST=${PDSERVE_OPENAI_CLIENT:-.cache/openai-client}
+required=0
+[ "${1:-}" = "--required" ] && required=1
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "fetch_openai_client: node/npm not found; the openai client test will skip" >&2
+  exit $((required))
+fi
+
+if [ -f "$DEST/package-lock.json" ] && [ -d "$DEST/node_modules/openai" ] &&
+   cmp -s "$SRC/package-lock.json" "$DEST/package-lock.json" &&
+   cmp -s "$SRC/package.json" "$DEST/package.json"; then
+  echo "fetch_openai_client: $DEST is up to date" >&2
+  exit 0
+fi
+
+mkdir -p "$DEST"
+cp "$SRC/package.json" "$SRC/package-lock.json" "$DEST/"
+echo "fetch_openai_client: installing into $DEST" >&2
+# --ignore-scripts: no package may run code at install time.
+(cd "$DEST" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+# Prove the install works as the test uses it.
+node -e '
+  const p = process.argv[1] + "/node_modules/openai/";
+  Promise.all([import(p + "index.mjs"), import(p + "version.mjs")]).then(([m, v]) => {
+    if (typeof m.default !== "function" || typeof m.BadRequestError !== "function") {
+      throw new Error("openai: no client class or BadRequestError");
+    }
+    console.error("fetch_openai_client: ok (openai " + v.VERSION + ")");
+  });
+' "$(cd "$DEST" && pwd)"
