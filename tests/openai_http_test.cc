@@ -124,6 +124,18 @@ TEST_F(OpenAiHttpTest, RequestIdAndTraceparentReachTheRouter) {
   EXPECT_EQ(fake_.metadata.count("authorization"), 0u);
 }
 
+TEST_F(OpenAiHttpTest, SeedIsTheClientsOrRandom) {
+  Start();
+  auto seed_seen = [this](const json& body) {
+    auto r = client_->Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    return fake_.last_request.sampling().seed();
+  };
+  EXPECT_EQ(seed_seen({{"prompt", "ok"}, {"seed", 5}}), 5u);
+  EXPECT_NE(seed_seen({{"prompt", "ok"}}), seed_seen({{"prompt", "ok"}}));
+}
+
 TEST_F(OpenAiHttpTest, RouterStatusesBecomeHttpStatuses) {
   Start();
   const std::pair<grpc::StatusCode, int> cases[] = {
