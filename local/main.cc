@@ -152,8 +152,8 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
 
 // The OpenAI HTTP API (--http-listen) on the router's in-process channel;
 // nullptr when off. /health asks the router's view of both workers.
-std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config, pdserve::MetricsRegistry* metrics,
-                                                     Router* router) {
+std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config,
+                                                     pdserve::MetricsRegistry* metrics, Router* router) {
   auto security = pdserve::SecurityOptionsFromFlags();
   if (!security.ok()) pdserve::Die(security.status(), 2);
   pdserve::OpenAiHttpOptions o;
@@ -202,7 +202,8 @@ int main(int argc, char** argv) {
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
-                   "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000] [--kv-dtype f32|bf16]\n"
+                   "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000]\n"
+                   "       [--kv-dtype f32|bf16]\n"
                    "Everything listens on loopback only (127.0.0.1) unless --http-listen says otherwise.");
   LocalOptions options = OptionsFromFlags(&metrics);
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);

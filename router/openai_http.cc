@@ -294,7 +294,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> ServeOpenAiHttp(const std::str
   int port = -1;
   if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http-listen '", listen, "' must be HOST:PORT (port 0 picks one)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen '", listen, "' must be HOST:PORT (port 0 picks one)"));
   }
   options.host = listen.substr(0, colon);
   if (options.host.size() > 2 && options.host.front() == '[' && options.host.back() == ']') {

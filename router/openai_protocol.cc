@@ -1,5 +1,6 @@
 #include "router/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -15,8 +16,8 @@ namespace {
 using json = nlohmann::json;
 using MaybeError = std::optional<OpenAiError>;
 
-#define OAI_RETURN_IF_ERROR(expr)    \
-  do {                               \
+#define OAI_RETURN_IF_ERROR(expr)         \
+  do {                                    \
     if (MaybeError e_ = (expr)) return e_; \
   } while (0)
 
@@ -277,7 +278,8 @@ std::optional<OpenAiError> ParseChatRequest(const std::string& body, const Serve
   std::string prompt;
   OAI_RETURN_IF_ERROR(RenderChatPrompt(*messages, *model.chat_template, &prompt));
   out->generate.set_text(std::move(prompt));
-  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling(), &out->seed_given));
+  OAI_RETURN_IF_ERROR(
+      ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling(), &out->seed_given));
   return ParseStreaming(j, out);
 }
 
@@ -373,8 +375,9 @@ OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint) {
       e.http_status = 400;
       const char* prompt = endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt";
       const std::pair<const char*, const char*> fields[] = {
-          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"},
-          {"stop", "stop"},             {"token_ids", prompt},          {"text:", prompt},  {"text tokenizes", prompt}, {"prompt", prompt}};
+          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"},
+          {"top_k", "top_k"},           {"stop", "stop"},               {"token_ids", prompt},
+          {"text:", prompt},            {"text tokenizes", prompt},     {"prompt", prompt}};
       for (const auto& [needle, param] : fields) {
         if (absl::StrContains(e.message, needle)) {
           e.param = param;
