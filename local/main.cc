@@ -152,10 +152,9 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
 
 // The OpenAI HTTP API (--http-listen) on the router's in-process channel;
 // nullptr when off. /health asks the router's view of both workers.
-std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config, pdserve::MetricsRegistry* metrics,
-                                                     Router* router) {
-  auto security = pdserve::SecurityOptionsFromFlags();
-  if (!security.ok()) pdserve::Die(security.status(), 2);
+std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config,
+                                                     pdserve::MetricsRegistry* metrics, Router* router,
+                                                     pdserve::SecurityOptions security) {
   pdserve::OpenAiHttpOptions o;
   o.program = kProgram;
   o.config = config;
@@ -166,7 +165,7 @@ std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig*
     return absl::OkStatus();
   };
   o.metrics = metrics;
-  o.security = *std::move(security);
+  o.security = std::move(security);
   auto http = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(o));
   if (!http.ok()) pdserve::Die(http.status());
   return *std::move(http);
@@ -175,12 +174,13 @@ std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig*
 // Serves /metrics and HTTP until SIGTERM or SIGINT, then stops the router
 // (then its HTTP front), the prefill worker and the decode worker, in that
 // order.
-void ServeUntilSignal(pdserve::MetricsRegistry* metrics, const pdserve::ModelConfig* config, Router* router,
-                      PrefillWorker* prefill, DecodeWorker* decode) {
+void ServeUntilSignal(pdserve::MetricsRegistry* metrics, const pdserve::ModelConfig* config,
+                      pdserve::SecurityOptions security, Router* router, PrefillWorker* prefill,
+                      DecodeWorker* decode) {
   auto metrics_server =
       pdserve::ServeMetrics(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics, kProgram);
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
-  std::unique_ptr<pdserve::OpenAiHttpServer> http = StartHttp(config, metrics, router);
+  std::unique_ptr<pdserve::OpenAiHttpServer> http = StartHttp(config, metrics, router, std::move(security));
 
   const int sig = pdserve::WaitForShutdownSignal();
   std::fprintf(stderr, "%s: signal %d, stopping\n", kProgram, sig);
@@ -202,9 +202,12 @@ int main(int argc, char** argv) {
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
-                   "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000] [--kv-dtype f32|bf16]\n"
+                   "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000]\n"
+                   "       [--kv-dtype f32|bf16]\n"
                    "Everything listens on loopback only (127.0.0.1) unless --http-listen says otherwise.");
   LocalOptions options = OptionsFromFlags(&metrics);
+  auto security = pdserve::SecurityOptionsFromFlags();  // before the model loads: a bad flag fails fast
+  if (!security.ok()) pdserve::Die(security.status(), 2);
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
   metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
@@ -215,6 +218,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
                router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
                absl::GetFlag(FLAGS_kv_transport).c_str());
-  ServeUntilSignal(&metrics, &loaded->engine->config(), &router, &prefill, &decode);
+  ServeUntilSignal(&metrics, &loaded->engine->config(), *std::move(security), &router, &prefill, &decode);
   return 0;
 }

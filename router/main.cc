@@ -76,8 +76,12 @@ absl::Status WorkersHealthy(const pdserve::WorkerPool* prefill, const pdserve::W
 // SIGTERM or SIGINT, then drains (--drain-timeout-s).
 void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics,
                       pdserve::OpenAiHttpOptions http) {
-  const pdserve::ServeOptions o{kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host),
-                                absl::GetFlag(FLAGS_metrics_port), absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""};
+  const pdserve::ServeOptions o{kProgram,
+                                absl::GetFlag(FLAGS_listen),
+                                absl::GetFlag(FLAGS_metrics_host),
+                                absl::GetFlag(FLAGS_metrics_port),
+                                absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)),
+                                ""};
   const pdserve::FrontendStarter start_http = [&http](grpc::Server* server) -> absl::StatusOr<std::shared_ptr<void>> {
     http.channel = server->InProcessChannel(pdserve::DefaultChannelArguments());
     auto started = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(http));
@@ -96,7 +100,8 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "The pdserve router.\n"
                    "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
-                   "       [--listen 0.0.0.0:50051] [--http-listen 0.0.0.0:8000] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
+                   "       [--listen 0.0.0.0:50051] [--http-listen 0.0.0.0:8000]\n"
+                   "       [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
   auto security = pdserve::SecurityOptionsFromFlags();

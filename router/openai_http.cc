@@ -26,11 +26,15 @@ void SendError(httplib::Response& res, const OpenAiError& e) {
   res.set_content(ErrorBody(e), kJson);
 }
 
+uint64_t Random64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
 // 24 random hex digits after the prefix.
 std::string NewRequestId(OpenAiEndpoint endpoint) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return absl::StrCat(endpoint == OpenAiEndpoint::kChat ? "chatcmpl-" : "cmpl-", absl::Hex(rng(), absl::kZeroPad16),
-                      absl::Hex(rng() >> 32, absl::kZeroPad8));
+  return absl::StrCat(endpoint == OpenAiEndpoint::kChat ? "chatcmpl-" : "cmpl-",
+                      absl::Hex(Random64(), absl::kZeroPad16), absl::Hex(Random64() >> 32, absl::kZeroPad8));
 }
 
 // Compares without an early exit, so the time taken says nothing of the key.
@@ -204,6 +208,7 @@ void OpenAiHttpServer::Impl::HandleGenerate(OpenAiEndpoint endpoint, const httpl
   if (bad) return SendError(res, *bad);
   CompletionPiece piece{NewRequestId(endpoint), UnixNow(), model_.id, "", ""};
   request.generate.set_request_id(piece.id);
+  if (!request.seed_given) request.generate.mutable_sampling()->set_seed(Random64());
   res.set_header("X-Request-Id", piece.id);
   std::shared_ptr<RouterCall> call = StartCall(req, request.generate);
   // The first message (or the call's failure) picks the HTTP status; an
@@ -292,7 +297,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> ServeOpenAiHttp(const std::str
   int port = -1;
   if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http-listen '", listen, "' must be HOST:PORT (port 0 picks one)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen '", listen, "' must be HOST:PORT (port 0 picks one)"));
   }
   options.host = listen.substr(0, colon);
   if (options.host.size() > 2 && options.host.front() == '[' && options.host.back() == ']') {

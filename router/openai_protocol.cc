@@ -1,5 +1,6 @@
 #include "router/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -15,8 +16,8 @@ namespace {
 using json = nlohmann::json;
 using MaybeError = std::optional<OpenAiError>;
 
-#define OAI_RETURN_IF_ERROR(expr)    \
-  do {                               \
+#define OAI_RETURN_IF_ERROR(expr)         \
+  do {                                    \
     if (MaybeError e_ = (expr)) return e_; \
   } while (0)
 
@@ -138,7 +139,7 @@ MaybeError ParseStop(const json& j, pdserve::v1::SamplingParams* s) {
 // max_tokens (or max_completion_tokens), temperature, top_p, top_k, seed,
 // stop, ignore_eos. Defaults as OpenAI: temperature 1, top_p 1.
 MaybeError ParseSampling(const json& j, uint32_t default_max_tokens, const ServedModel& model,
-                         pdserve::v1::SamplingParams* s) {
+                         pdserve::v1::SamplingParams* s, bool* seed_given) {
   const int64_t cap = std::min<int64_t>(std::max<int64_t>(model.max_context, 1), std::numeric_limits<uint32_t>::max());
   int64_t max_tokens = default_max_tokens;
   OAI_RETURN_IF_ERROR(ReadInt(j, "max_completion_tokens", 1, cap, &max_tokens));
@@ -156,6 +157,7 @@ MaybeError ParseSampling(const json& j, uint32_t default_max_tokens, const Serve
   OAI_RETURN_IF_ERROR(ReadInt(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                               &seed));
   s->set_seed(static_cast<uint64_t>(seed));
+  *seed_given = Find(j, "seed") != nullptr;
   bool ignore_eos = false;
   OAI_RETURN_IF_ERROR(ReadBool(j, "ignore_eos", &ignore_eos));
   s->set_ignore_eos(ignore_eos);
@@ -256,7 +258,8 @@ std::optional<OpenAiError> ParseCompletionRequest(const std::string& body, const
   OAI_RETURN_IF_ERROR(CheckModel(j, model));
   OAI_RETURN_IF_ERROR(RefuseUnsupported(j));
   OAI_RETURN_IF_ERROR(ParsePrompt(j, &out->generate));
-  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultCompletionMaxTokens, model, out->generate.mutable_sampling()));
+  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultCompletionMaxTokens, model, out->generate.mutable_sampling(),
+                                    &out->seed_given));
   return ParseStreaming(j, out);
 }
 
@@ -275,7 +278,8 @@ std::optional<OpenAiError> ParseChatRequest(const std::string& body, const Serve
   std::string prompt;
   OAI_RETURN_IF_ERROR(RenderChatPrompt(*messages, *model.chat_template, &prompt));
   out->generate.set_text(std::move(prompt));
-  OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling()));
+  OAI_RETURN_IF_ERROR(
+      ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling(), &out->seed_given));
   return ParseStreaming(j, out);
 }
 
@@ -371,8 +375,9 @@ OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint) {
       e.http_status = 400;
       const char* prompt = endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt";
       const std::pair<const char*, const char*> fields[] = {
-          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"},
-          {"stop", "stop"},             {"token_ids", prompt},          {"text:", prompt},  {"text tokenizes", prompt}, {"prompt", prompt}};
+          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"},
+          {"top_k", "top_k"},           {"stop", "stop"},               {"token_ids", prompt},
+          {"text:", prompt},            {"text tokenizes", prompt},     {"prompt", prompt}};
       for (const auto& [needle, param] : fields) {
         if (absl::StrContains(e.message, needle)) {
           e.param = param;

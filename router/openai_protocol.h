@@ -48,6 +48,9 @@ struct OpenAiRequest {
   pdserve::v1::GenerateRequest generate;  // request_id left empty
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // `seed` was given. Without one OpenAI samples differently each time: the
+  // HTTP layer then draws a random seed (the gRPC default is 0).
+  bool seed_given = false;
 };
 
 struct OpenAiError {

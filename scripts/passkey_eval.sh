@@ -32,7 +32,7 @@ bench_await "$OUT/decode.log" "serving on"
 bench_await "$OUT/prefill.log" "serving on"
 bench_spawn "$B/router/pdserve-router" --model "$MODEL" --listen "127.0.0.1:$((PORT + 2))" \
   --prefill "127.0.0.1:$((PORT + 1))" --decode "127.0.0.1:$PORT" --log-requests=false --metrics-port -1 \
-  >"$OUT/router.log" 2>&1
+  --http-listen= >"$OUT/router.log" 2>&1
 bench_await "$OUT/router.log" "serving on"
 
 echo "passkey_eval: $MODEL on router 127.0.0.1:$((PORT + 2)) (separate decode, prefill and router processes)"

@@ -18,7 +18,7 @@ PORT=${PDSERVE_PORT_BASE:-$((43000 + $$ % 8000))}
 export OMP_WAIT_POLICY=PASSIVE
 for dtype in bf16 int8; do
   bench_spawn "$B/local/pdserve-local" --model "$MODEL" --port "$PORT" --weights-dtype "$dtype" --metrics-port -1 \
-    >"$OUT/local_$dtype.log" 2>&1
+    --http-listen= >"$OUT/local_$dtype.log" 2>&1
   bench_await "$OUT/local_$dtype.log" "router on"
   for pos in ${POSITIONS//,/ }; do
     echo "== $dtype $pos"

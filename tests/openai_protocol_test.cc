@@ -55,6 +55,7 @@ TEST_F(OpenAiProtocolTest, CompletionFieldsMapToGenerateRequest) {
   EXPECT_TRUE(out_.stream);
   EXPECT_TRUE(out_.include_usage);
   EXPECT_TRUE(out_.generate.request_id().empty());
+  EXPECT_TRUE(out_.seed_given);
 }
 
 TEST_F(OpenAiProtocolTest, DefaultsAreOpenAis) {
@@ -62,6 +63,7 @@ TEST_F(OpenAiProtocolTest, DefaultsAreOpenAis) {
   EXPECT_EQ(out_.generate.sampling().max_new_tokens(), kDefaultCompletionMaxTokens);
   EXPECT_FLOAT_EQ(out_.generate.sampling().temperature(), 1.0f);
   EXPECT_FALSE(out_.stream);
+  EXPECT_FALSE(out_.seed_given);
   ASSERT_FALSE(Completion(R"({"prompt": "hi", "stop": "\n", "top_k": -1})"));
   ASSERT_EQ(out_.generate.sampling().stop_size(), 1);
   EXPECT_EQ(out_.generate.sampling().top_k(), 0u);

@@ -433,7 +433,8 @@ absl::Status ParseChatTemplate(const json& j, ModelConfig* c) {
         " roles, each {\"prefix\": ..., \"suffix\": ...}) and 'generation_prefix', found ", JsonExcerpt(*it)));
   }
   ChatTemplate t;
-  RETURN_IF_ERROR(ReadTemplateString(*it, "generation_prefix", "chat_template.generation_prefix", &t.generation_prefix));
+  RETURN_IF_ERROR(
+      ReadTemplateString(*it, "generation_prefix", "chat_template.generation_prefix", &t.generation_prefix));
   for (const auto& [role, r] : roles->items()) {
     const std::string path = absl::StrCat("chat_template.roles.", role.substr(0, 64));
     if (!r.is_object()) {
