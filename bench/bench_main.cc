@@ -33,6 +33,7 @@
 #include "common/cli/progress.h"
 #include "common/cli/usage_json.h"
 #include "bench/load_gen.h"
+#include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
 #include "grpcpp/grpcpp.h"
@@ -457,7 +458,9 @@ std::vector<Record> MakeRecords(const RunConfig& c, int64_t n, uint64_t stream, 
 }
 
 std::unique_ptr<pdserve::v1::Generator::Stub> ConnectOrDie(const std::string& router) {
-  auto channel = pdserve::MakeChannel(router);
+  auto security = pdserve::ClientSecurityFromFlags();  // --tls-ca, --api-key
+  if (!security.ok()) Die(security.status(), 2);
+  auto channel = pdserve::MakeChannel(router, *security);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
     Die(absl::StrCat("cannot connect to the router at ", router, " within 10 s"), 1);
   }

@@ -2,7 +2,9 @@
 // 127.0.0.1:PORT, a prefill worker and a decode worker on ports the kernel
 // picks; one copy of the weights shared by both workers, and the in-process
 // KV hand-off between them (the same chunks and checks as over gRPC).
-// Stops cleanly on SIGTERM or Ctrl-C.
+// Stops cleanly on SIGTERM or Ctrl-C. With --tls-cert/--tls-key the router's
+// port is TLS, with --api-key (PDSERVE_API_KEY) it requires the key; the
+// workers' ports stay plaintext on 127.0.0.1, inside this process's host.
 //
 // The component flags are the standalone binaries' own (router_flags,
 // decode_flags, prefill_flags, engine_flags: one default each); the ones
@@ -19,6 +21,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
@@ -47,6 +50,7 @@ struct LocalOptions {
   pdserve::BatchSchedulerOptions decode;
   pdserve::PrefillServiceOptions prefill;
   pdserve::RouterOptions router;
+  pdserve::SecurityOptions security;  // the router's port and key
 };
 
 LocalOptions OptionsFromFlags(pdserve::MetricsRegistry* metrics) {
@@ -58,7 +62,10 @@ LocalOptions OptionsFromFlags(pdserve::MetricsRegistry* metrics) {
   if (!prefill.ok()) pdserve::Die(prefill.status(), 2);
   auto router = pdserve::RouterOptionsFromFlags();
   if (!router.ok()) pdserve::Die(router.status(), 2);
-  LocalOptions o{*transport, *std::move(decode), *std::move(prefill), *std::move(router)};
+  auto security = pdserve::SecurityOptionsFromFlags();
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  LocalOptions o{*transport, *std::move(decode), *std::move(prefill), *std::move(router), *std::move(security)};
+  o.router.api_key = o.security.api_key;
   // The decode worker prefills whatever the router sends it to.
   o.decode.local_prefill_max_tokens = std::max(o.decode.local_prefill_max_tokens, o.router.local_prefill_max_tokens);
   o.decode.metrics = o.prefill.metrics = o.router.metrics = metrics;  // one registry: series names say which
@@ -122,9 +129,11 @@ struct Router {
   pdserve::StartedServer server;
 };
 
-// The router on 127.0.0.1:--port, in front of the two workers.
+// The router on 127.0.0.1:--port (TLS with --tls-cert), in front of the
+// two workers.
 Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions options,
-                   const std::string& prefill_address, const std::string& decode_address) {
+                   const pdserve::SecurityOptions& security, const std::string& prefill_address,
+                   const std::string& decode_address) {
   const pdserve::ModelConfig& config = loaded.engine->config();
   auto tokenizer = pdserve::MakeServingTokenizer(config, loaded.model_dir, kProgram);
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
@@ -138,7 +147,8 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
   r.decode_pool->Start();
   r.service = std::make_unique<pdserve::RouterService>(config, std::move(*tokenizer), r.prefill_pool.get(),
                                                        r.decode_pool.get(), std::move(options));
-  auto server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {r.service.get()});
+  auto server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {r.service.get()},
+                                     pdserve::ServerCredentialsFor(security, pdserve::PortKind::kPublic));
   if (!server.ok()) pdserve::Die(server.status());
   r.server = *std::move(server);
   return r;
@@ -178,9 +188,10 @@ int main(int argc, char** argv) {
 
   DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);
   PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);
-  Router router = StartRouter(*loaded, std::move(options.router), prefill.server.address, decode.server.address);
-  std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
-               router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
+  Router router = StartRouter(*loaded, std::move(options.router), options.security, prefill.server.address,
+                              decode.server.address);
+  std::fprintf(stderr, "%s: router on 127.0.0.1:%d%s (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
+               router.server.port, options.security.tls() ? " (TLS)" : "", prefill.server.address.c_str(), decode.server.address.c_str(),
                absl::GetFlag(FLAGS_kv_transport).c_str());
   ServeUntilSignal(&metrics, &router, &prefill, &decode);
   return 0;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "router/router_flags.h"
@@ -61,10 +62,14 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
 }
 
 // Serves `service` until SIGTERM or SIGINT, then drains (--drain-timeout-s).
-void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics) {
+// The public port is TLS when --tls-cert is given (no client certificate:
+// callers authenticate with the API key).
+void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics,
+                      const pdserve::SecurityOptions& security) {
   const absl::Status served = pdserve::ServeUntilShutdownSignal(
       {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""},
+       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), security.tls() ? " (TLS)" : "",
+       pdserve::ServerCredentialsFor(security, pdserve::PortKind::kPublic)},
       {service}, metrics);
   if (!served.ok()) pdserve::Die(served);
 }
@@ -80,11 +85,17 @@ int main(int argc, char** argv) {
                    "       [--listen 0.0.0.0:50051] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
+  // With TLS the router needs --tls-ca too: it dials its workers with mTLS.
+  auto security_flags = pdserve::InternalSecurityFromFlags();
+  if (!security_flags.ok()) pdserve::Die(security_flags.status(), 2);
+  const pdserve::SecurityOptions security = *std::move(security_flags);
   options->metrics = &metrics;
+  options->api_key = security.api_key;
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) pdserve::Die("--model is required (the router reads its config.json)", 2);
-  const pdserve::WorkerPoolOptions po = PoolOptions("prefill", absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_prefill_dns));
-  const pdserve::WorkerPoolOptions dpo = PoolOptions("decode", absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
+  pdserve::WorkerPoolOptions po = PoolOptions("prefill", absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_prefill_dns));
+  pdserve::WorkerPoolOptions dpo = PoolOptions("decode", absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
+  po.channel_security = dpo.channel_security = pdserve::ChannelSecurityFor(security);
   auto config = pdserve::LoadModelConfig(model + "/config.json");
   if (!config.ok()) pdserve::Die(config.status());
   auto tokenizer = pdserve::MakeServingTokenizer(*config, model, kProgram);
@@ -94,6 +105,6 @@ int main(int argc, char** argv) {
   pdserve::WorkerPool decode(pdserve::WorkerKind::kDecode, dpo);
   StartPools(&prefill, &decode);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, *std::move(options));
-  ServeUntilSignal(&service, &metrics);
+  ServeUntilSignal(&service, &metrics, security);
   return 0;
 }
