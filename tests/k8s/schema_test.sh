@@ -20,9 +20,10 @@ node "$SRC/tests/k8s/validate.mjs" --expect-gpu "${gpu[@]}" || fail "the gpu man
 # Known mistakes, each of which must be caught.
 base=$WORK/render/overlay-cpu.yaml
 caught=0
-mutant() {  # mutant WHAT SED-SCRIPT
-  sed "$2" "$base" >"$WORK/mutant.yaml"
-  cmp -s "$base" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
+mutant() {  # mutant WHAT SED-SCRIPT [RENDERING]
+  local from=${3:-$base}
+  sed "$2" "$from" >"$WORK/mutant.yaml"
+  cmp -s "$from" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
   if node "$SRC/tests/k8s/validate.mjs" "mutant=$WORK/mutant.yaml" >"$WORK/mutant.log" 2>&1; then
     fail "the validator missed: $1"
   fi
@@ -39,4 +40,12 @@ mutant "a worker on loopback" 's/value: \$(POD_IP):50052/value: 127.0.0.1:50052/
 mutant "an HTTP readiness probe" '0,/readinessProbe:/{s/readinessProbe:/readinessProbe:\n          httpGet: {path: \/healthz, port: 8080}/}'
 mutant "a router DNS name with no Service" 's/PDSERVE_DECODE_DNS: pdserve-decode:50052/PDSERVE_DECODE_DNS: pdserve-decoder:50052/'
 mutant "a writable model mount" '0,/readOnly: true/s//readOnly: false/'
+# The tls overlay's rules (docs/security.md).
+tls=$WORK/render/overlay-tls.yaml
+mutant "a gRPC probe on a TLS port" '0,/^          tcpSocket:$/s//          grpc:/
+0,/^            port: grpc$/s//            port: 50052/' "$tls"
+mutant "TLS without the CA" '0,/^  PDSERVE_TLS_CA: .*$/{//d}' "$tls"
+mutant "the API key as a ConfigMap literal" '0,/^  PDSERVE_TLS_CA: /s//  PDSERVE_API_KEY: hunter2\n  PDSERVE_TLS_CA: /' "$tls"
+mutant "a writable TLS mount" '/mountPath: \/etc\/pdserve\/tls$/{n;n;s/readOnly: true/readOnly: false/}' "$tls"
+mutant "TLS on the workers only" '/^  PDSERVE_DECODE_DNS:/,/^kind:/{/PDSERVE_TLS_/d}' "$tls"
 echo "PASS: ${#cpu[@]} + ${#gpu[@]} renderings valid, $caught known mistakes caught"
