@@ -12,12 +12,13 @@
 #     or with one from another CA;
 #   - a decode worker whose certificate comes from another CA is never
 #     healthy: next to a good one it gets no request, alone its router
-#     answers UNAVAILABLE and logs the handshake failure.
+#     answers UNAVAILABLE and logs the handshake failure;
+#   - pdserve-local serves its router port with TLS and the key the same way.
 # Usage: tls_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 e2e_init "$@"
-E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log)
+E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log local.log)
 command -v openssl >/dev/null || { echo "SKIP: openssl not found"; exit 77; }
 PIDS=()
 _tls_cleanup() {
@@ -134,4 +135,19 @@ grep -q "$R unhealthy (health check: UNAVAILABLE.*certificate verify failed" "$W
 expect_error "router whose only decode worker has another CA" UNAVAILABLE \
   "$BUILD/clients/pdserve-cli" --router "$ROUTER_ROGUE" --prompt-ids 1,2,3 --max-new-tokens 2 --tls-ca "$C/ca.crt" \
   --api-key "$KEY"
+
+# pdserve-local: TLS and the key on its router port.
+LPORT=$((20000 + $$ % 20000))
+start_local_stack "$WORK/m" "$LPORT" --tls-cert "$C/node.crt" --tls-key "$C/node.key" --api-key "$KEY" \
+  --prefill-chunk 5
+grep -q "router on 127.0.0.1:$LPORT (TLS)" "$WORK/local.log" || fail "pdserve-local does not say TLS"
+LCLI=("$BUILD/clients/pdserve-cli" --router "127.0.0.1:$LPORT" --prompt-ids 72,101,108,108,111 --max-new-tokens 8
+      --deadline-ms 20000)
+got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | head -1) ||
+  fail "pdserve-local with key and CA: $(cat "$WORK/cli.err")"
+[ "$got" = "$want" ] || fail "pdserve-local with key and CA: $got, want $want"
+ok "pdserve-local over TLS with the key: pdserve-generate's tokens"
+expect_error "pdserve-local without the key" UNAUTHENTICATED "${LCLI[@]}" --tls-ca "$C/ca.crt"
+expect_error "pdserve-local, plaintext client" UNAVAILABLE "${LCLI[@]}" --api-key "$KEY"
+stop_local_stack
 echo "PASS"
