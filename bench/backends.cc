@@ -70,7 +70,9 @@ class GrpcBackend : public Backend {
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeGrpc(const BackendOptions& opt) {
-  auto channel = MakeChannel(opt.router);
+  ChannelSecurity security = opt.grpc_security;
+  security.api_key.clear();  // GrpcBackend sends opt.api_key itself, once
+  auto channel = MakeChannel(opt.router, security);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + kConnectTimeout)) {
     return absl::UnavailableError(absl::StrCat("cannot connect to the router at ", opt.router, " within 10 s"));
   }

@@ -35,6 +35,7 @@
 #include "bench/backends.h"
 #include "bench/load_gen.h"
 #include "common/net/security_flags.h"
+#include "common/net/grpc_security.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, backend, "grpc",
@@ -389,6 +390,9 @@ RunConfig ParseRunConfig() {
   absl::StatusOr<pdserve::SecurityOptions> security = pdserve::SecurityOptionsFromFlags();
   if (!security.ok()) Die(security.status(), 2);
   c.backend.api_key = security->api_key;
+  absl::StatusOr<pdserve::ChannelSecurity> grpc_security = pdserve::ClientSecurityFromFlags();  // --tls-ca
+  if (!grpc_security.ok()) Die(grpc_security.status(), 2);
+  c.backend.grpc_security = *std::move(grpc_security);
   c.concurrency = absl::GetFlag(FLAGS_concurrency);
   c.request_rate = absl::GetFlag(FLAGS_request_rate);
   c.warmup = absl::GetFlag(FLAGS_warmup);

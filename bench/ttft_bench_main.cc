@@ -28,6 +28,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
+#include "common/net/grpc_security.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
 #include "grpcpp/grpcpp.h"
@@ -271,7 +272,9 @@ void DisaggLength(pdserve::v1::Generator::Stub* stub, const Options& o, int64_t 
 
 // Phase 2 for every length, through --router (after one untimed warmup).
 void RunDisaggPhase(const Options& o, int64_t vocab, std::vector<Result>* results) {
-  auto channel = pdserve::MakeChannel(o.router);
+  auto security = pdserve::ClientSecurityFromFlags();  // --tls-ca, --api-key
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  auto channel = pdserve::MakeChannel(o.router, *security);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
     pdserve::Die("cannot connect to the router at " + o.router + " within 10 s");
   }

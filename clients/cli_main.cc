@@ -19,6 +19,7 @@
 #include "common/cli/cli_util.h"
 #include "common/cli/finish_reason.h"
 #include "common/cli/usage_json.h"
+#include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -145,7 +146,9 @@ struct StreamResult {
 StreamResult StreamGenerate(const pdserve::v1::GenerateRequest& req, bool json) {
   const bool tty = !json && isatty(fileno(stdout));
   const int64_t deadline_ms = absl::GetFlag(FLAGS_deadline_ms);
-  auto channel = pdserve::MakeChannel(absl::GetFlag(FLAGS_router));
+  auto security = pdserve::ClientSecurityFromFlags();  // --tls-ca, --api-key
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  auto channel = pdserve::MakeChannel(absl::GetFlag(FLAGS_router), *security);
   auto stub = pdserve::v1::Generator::NewStub(channel);
   grpc::ClientContext ctx;
   if (deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));

@@ -30,6 +30,7 @@
 #include "common/cli/cli_util.h"
 #include "common/cli/finish_reason.h"
 #include "common/cli/progress.h"
+#include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
 #include "common/net/server.h"
 #include "common/passkey/passkey.h"
@@ -446,7 +447,9 @@ int main(int argc, char** argv) {
       "2 on bad flags, 3 when --require-target is given and the largest length misses --target.");
 
   const Config c = ParseConfig();
-  auto channel = pdserve::MakeChannel(c.opt.router);
+  auto security = pdserve::ClientSecurityFromFlags();  // --tls-ca, --api-key
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  auto channel = pdserve::MakeChannel(c.opt.router, *security);
   auto stub = pdserve::v1::Generator::NewStub(channel);
   Report rep;
   rep.trials = BuildTrials(stub.get(), c);

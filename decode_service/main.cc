@@ -10,6 +10,7 @@
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/handoff/nccl_kv_receiver.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
@@ -49,11 +50,13 @@ std::unique_ptr<pdserve::NcclKvReceiver> MakeReceiver() {
 // Serves `service` until SIGTERM or SIGINT, then lets live streams finish
 // (--drain-timeout-s) and cancels what is left.
 void ServeUntilSignal(pdserve::DecodeService* service, pdserve::BatchScheduler* scheduler,
-                      pdserve::MetricsRegistry* metrics, int64_t kv_budget_bytes) {
+                      pdserve::MetricsRegistry* metrics, int64_t kv_budget_bytes,
+                      const pdserve::SecurityOptions& security) {
   const absl::Status served = pdserve::ServeUntilShutdownSignal(
       {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
        absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)),
-       absl::StrCat(" (KV budget ", kv_budget_bytes >> 20, " MiB)")},
+       absl::StrCat(" (KV budget ", kv_budget_bytes >> 20, " MiB", security.tls() ? ", mTLS" : "", ")"),
+       pdserve::ServerCredentialsFor(security, pdserve::PortKind::kInternal)},
       {service}, metrics);
   if (!served.ok()) pdserve::Die(served);
   scheduler->Shutdown();
@@ -71,6 +74,9 @@ int main(int argc, char** argv) {
                    "       [--kv-budget-mb MB] [--max-batch N] [--threads N] [--kv-transport grpc|nccl]");
   auto options = pdserve::DecodeOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
+  auto security_flags = pdserve::InternalSecurityFromFlags();  // TLS needs --tls-ca: mTLS only
+  if (!security_flags.ok()) pdserve::Die(security_flags.status(), 2);
+  const pdserve::SecurityOptions security = *std::move(security_flags);
   // Outlives the server: PushKv reactors receive through it.
   std::unique_ptr<pdserve::NcclKvReceiver> nccl = MakeReceiver();
   auto loaded = pdserve::LoadEngineFromFlags(options->kv_budget_bytes);
@@ -82,6 +88,6 @@ int main(int argc, char** argv) {
   pdserve::BatchScheduler scheduler(loaded->engine.get(), *options);
   scheduler.Start();
   pdserve::DecodeService service(&scheduler, nccl.get());
-  ServeUntilSignal(&service, &scheduler, &metrics, options->kv_budget_bytes);
+  ServeUntilSignal(&service, &scheduler, &metrics, options->kv_budget_bytes, security);
   return 0;
 }

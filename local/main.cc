@@ -2,7 +2,9 @@
 // 127.0.0.1:PORT, a prefill worker and a decode worker on ports the kernel
 // picks; one copy of the weights shared by both workers, and the in-process
 // KV hand-off between them (the same chunks and checks as over gRPC).
-// Stops cleanly on SIGTERM or Ctrl-C.
+// Stops cleanly on SIGTERM or Ctrl-C. With --tls-cert/--tls-key the router's
+// port is TLS, with --api-key (PDSERVE_API_KEY) it requires the key; the
+// workers' ports stay plaintext on 127.0.0.1, inside this process's host.
 //
 // The component flags are the standalone binaries' own (router_flags,
 // decode_flags, prefill_flags, engine_flags: one default each); the ones
@@ -19,6 +21,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
 #include "common/net/server.h"
@@ -53,6 +56,7 @@ struct LocalOptions {
   pdserve::BatchSchedulerOptions decode;
   pdserve::PrefillServiceOptions prefill;
   pdserve::RouterOptions router;
+  pdserve::SecurityOptions security;  // the router's port and key
 };
 
 LocalOptions OptionsFromFlags(pdserve::MetricsRegistry* metrics) {
@@ -64,7 +68,10 @@ LocalOptions OptionsFromFlags(pdserve::MetricsRegistry* metrics) {
   if (!prefill.ok()) pdserve::Die(prefill.status(), 2);
   auto router = pdserve::RouterOptionsFromFlags();
   if (!router.ok()) pdserve::Die(router.status(), 2);
-  LocalOptions o{*transport, *std::move(decode), *std::move(prefill), *std::move(router)};
+  auto security = pdserve::SecurityOptionsFromFlags();
+  if (!security.ok()) pdserve::Die(security.status(), 2);
+  LocalOptions o{*transport, *std::move(decode), *std::move(prefill), *std::move(router), *std::move(security)};
+  o.router.api_key = o.security.api_key;
   // The decode worker prefills whatever the router sends it to.
   o.decode.local_prefill_max_tokens = std::max(o.decode.local_prefill_max_tokens, o.router.local_prefill_max_tokens);
   o.decode.metrics = o.prefill.metrics = o.router.metrics = metrics;  // one registry: series names say which
@@ -128,9 +135,11 @@ struct Router {
   pdserve::StartedServer server;
 };
 
-// The router on 127.0.0.1:--port, in front of the two workers.
+// The router on 127.0.0.1:--port (TLS with --tls-cert), in front of the
+// two workers.
 Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions options,
-                   const std::string& prefill_address, const std::string& decode_address) {
+                   const pdserve::SecurityOptions& security, const std::string& prefill_address,
+                   const std::string& decode_address) {
   const pdserve::ModelConfig& config = loaded.engine->config();
   auto tokenizer = pdserve::MakeServingTokenizer(config, loaded.model_dir, kProgram);
   if (!tokenizer.ok()) pdserve::Die(tokenizer.status());
@@ -144,7 +153,8 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
   r.decode_pool->Start();
   r.service = std::make_unique<pdserve::RouterService>(config, std::move(*tokenizer), r.prefill_pool.get(),
                                                        r.decode_pool.get(), std::move(options));
-  auto server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {r.service.get()});
+  auto server = pdserve::StartServer(absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port)), {r.service.get()},
+                                     pdserve::ServerCredentialsFor(security, pdserve::PortKind::kPublic));
   if (!server.ok()) pdserve::Die(server.status());
   r.server = *std::move(server);
   return r;
@@ -205,19 +215,18 @@ int main(int argc, char** argv) {
                    "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000]\n"
                    "       [--kv-dtype f32|bf16]\n"
                    "Everything listens on loopback only (127.0.0.1) unless --http-listen says otherwise.");
-  LocalOptions options = OptionsFromFlags(&metrics);
-  auto security = pdserve::SecurityOptionsFromFlags();  // before the model loads: a bad flag fails fast
-  if (!security.ok()) pdserve::Die(security.status(), 2);
+  LocalOptions options = OptionsFromFlags(&metrics);  // before the model loads: a bad flag fails fast
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
   metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 
   DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);
   PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);
-  Router router = StartRouter(*loaded, std::move(options.router), prefill.server.address, decode.server.address);
-  std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
-               router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
-               absl::GetFlag(FLAGS_kv_transport).c_str());
-  ServeUntilSignal(&metrics, &loaded->engine->config(), *std::move(security), &router, &prefill, &decode);
+  Router router = StartRouter(*loaded, std::move(options.router), options.security, prefill.server.address,
+                              decode.server.address);
+  std::fprintf(stderr, "%s: router on 127.0.0.1:%d%s (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
+               router.server.port, options.security.tls() ? " (TLS)" : "", prefill.server.address.c_str(),
+               decode.server.address.c_str(), absl::GetFlag(FLAGS_kv_transport).c_str());
+  ServeUntilSignal(&metrics, &loaded->engine->config(), options.security, &router, &prefill, &decode);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
@@ -43,11 +44,16 @@ int main(int argc, char** argv) {
   if (*transport == pdserve::KvTransport::kInProcess) {
     pdserve::Die("--kv-transport inprocess needs the decode worker in this process (use pdserve-local)", 2);
   }
+  auto security_flags = pdserve::InternalSecurityFromFlags();  // TLS needs --tls-ca: mTLS only
+  if (!security_flags.ok()) pdserve::Die(security_flags.status(), 2);
+  const pdserve::SecurityOptions security = *std::move(security_flags);
   auto loaded = pdserve::LoadEngineFromFlags();
   if (!loaded.ok()) pdserve::Die(loaded.status());
   metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 
-  auto sender = pdserve::MakeKvSender(*transport, loaded->engine->config());
+  pdserve::KvSenderOptions sender_options;
+  sender_options.channel_security = pdserve::ChannelSecurityFor(security);  // to decode workers: mTLS
+  auto sender = pdserve::MakeKvSender(*transport, loaded->engine->config(), sender_options);
   options->model_fingerprint = loaded->fingerprint;
   options->allowed_decode_addresses =
       absl::StrSplit(absl::GetFlag(FLAGS_decode_allowlist), ',', absl::SkipWhitespace());
@@ -57,7 +63,8 @@ int main(int argc, char** argv) {
 
   const absl::Status served = pdserve::ServeUntilShutdownSignal(
       {kProgram, absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port),
-       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), ""},
+       absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)), security.tls() ? " (mTLS)" : "",
+       pdserve::ServerCredentialsFor(security, pdserve::PortKind::kInternal)},
       {&service}, &metrics);
   if (!served.ok()) pdserve::Die(served);
   service.Shutdown();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
+#include "common/net/grpc_security.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
 #include "common/net/server.h"
@@ -73,7 +74,9 @@ absl::Status WorkersHealthy(const pdserve::WorkerPool* prefill, const pdserve::W
 }
 
 // Serves `service` (and --http-listen on its in-process channel) until
-// SIGTERM or SIGINT, then drains (--drain-timeout-s).
+// SIGTERM or SIGINT, then drains (--drain-timeout-s). The public port is TLS
+// when --tls-cert is given (no client certificate: callers authenticate with
+// the API key).
 void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry* metrics,
                       pdserve::OpenAiHttpOptions http) {
   const pdserve::ServeOptions o{kProgram,
@@ -81,7 +84,8 @@ void ServeUntilSignal(pdserve::RouterService* service, pdserve::MetricsRegistry*
                                 absl::GetFlag(FLAGS_metrics_host),
                                 absl::GetFlag(FLAGS_metrics_port),
                                 absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s)),
-                                ""};
+                                http.security.tls() ? " (TLS)" : "",
+                                pdserve::ServerCredentialsFor(http.security, pdserve::PortKind::kPublic)};
   const pdserve::FrontendStarter start_http = [&http](grpc::Server* server) -> absl::StatusOr<std::shared_ptr<void>> {
     http.channel = server->InProcessChannel(pdserve::DefaultChannelArguments());
     auto started = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(http));
@@ -104,13 +108,17 @@ int main(int argc, char** argv) {
                    "       [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
-  auto security = pdserve::SecurityOptionsFromFlags();
-  if (!security.ok()) pdserve::Die(security.status(), 2);
+  // With TLS the router needs --tls-ca too: it dials its workers with mTLS.
+  auto security_flags = pdserve::InternalSecurityFromFlags();
+  if (!security_flags.ok()) pdserve::Die(security_flags.status(), 2);
+  const pdserve::SecurityOptions security = *std::move(security_flags);
   options->metrics = &metrics;
+  options->api_key = security.api_key;
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) pdserve::Die("--model is required (the router reads its config.json)", 2);
-  const pdserve::WorkerPoolOptions po = PoolOptions("prefill", absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_prefill_dns));
-  const pdserve::WorkerPoolOptions dpo = PoolOptions("decode", absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
+  pdserve::WorkerPoolOptions po = PoolOptions("prefill", absl::GetFlag(FLAGS_prefill), absl::GetFlag(FLAGS_prefill_dns));
+  pdserve::WorkerPoolOptions dpo = PoolOptions("decode", absl::GetFlag(FLAGS_decode), absl::GetFlag(FLAGS_decode_dns));
+  po.channel_security = dpo.channel_security = pdserve::ChannelSecurityFor(security);
   auto config = pdserve::LoadModelConfig(model + "/config.json");
   if (!config.ok()) pdserve::Die(config.status());
   metrics.SetConstantLabels(pdserve::ModelLabels(config->name));
@@ -126,7 +134,7 @@ int main(int argc, char** argv) {
   http.config = &*config;
   http.health = [&prefill, &decode] { return WorkersHealthy(&prefill, &decode); };
   http.metrics = &metrics;
-  http.security = *std::move(security);
+  http.security = security;
   ServeUntilSignal(&service, &metrics, std::move(http));
   return 0;
 }

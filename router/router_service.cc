@@ -1,5 +1,6 @@
 #include "router/router_service.h"
 
+#include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
 #include "router/generate_call.h"
 
@@ -81,8 +82,9 @@ grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::Callba
     absl::MutexLock lock(&mu_);
     ++inflight_;
   }
+  const absl::Status authorized = CheckApiKey(*context, options_.api_key);
   absl::StatusOr<std::vector<uint32_t>> prompt =
-      ValidateGenerateRequest(*request, config_, *tokenizer_, options_.limits);
+      authorized.ok() ? ValidateGenerateRequest(*request, config_, *tokenizer_, options_.limits) : authorized;
   auto call = QueuedWriter<GenerateResponse>::Create<GenerateCall>(
       this, context, *request, prompt.ok() ? std::move(*prompt) : std::vector<uint32_t>{}, UnguessableRequestId());
   call->BindContext(context);
@@ -106,7 +108,8 @@ grpc::ServerUnaryReactor* RouterService::Tokenize(grpc::CallbackServerContext* c
     ++inflight_;
   }
   auto* reactor = context->DefaultReactor();
-  absl::StatusOr<std::vector<uint32_t>> ids = tokenizer_->Encode(request->text());
+  const absl::Status authorized = CheckApiKey(*context, options_.api_key);
+  absl::StatusOr<std::vector<uint32_t>> ids = authorized.ok() ? tokenizer_->Encode(request->text()) : authorized;
   if (ids.ok()) response->mutable_token_ids()->Assign(ids->begin(), ids->end());
   reactor->Finish(ToGrpcStatus(ids.status()));
   EndInflight();

@@ -57,6 +57,9 @@ struct RouterOptions {
   bool log_requests = true;
   // Where to report metrics; nullptr = nowhere. Must outlive the service.
   MetricsRegistry* metrics = nullptr;
+  // Non-empty: Generate and Tokenize require `authorization: Bearer
+  // <api_key>` metadata (UNAUTHENTICATED otherwise; grpc_security.h).
+  std::string api_key;
 };
 
 class RouterService final : public pdserve::v1::Generator::CallbackService {

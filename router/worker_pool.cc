@@ -328,7 +328,7 @@ std::shared_ptr<grpc::Channel> WorkerPool::ChannelLocked(const std::string& addr
     // would stay unreachable for minutes although it is serving again.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    channel = MakeChannel(address, std::move(args), options_.channel_security);
   }
   return channel;
 }

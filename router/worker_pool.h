@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/net/server.h"
 #include "pdserve/internal/v1/worker.pb.h"
 
 namespace pdserve {
@@ -47,6 +48,8 @@ struct WorkerPoolOptions {
   absl::Duration poll_interval = absl::Milliseconds(500);
   // Deadline of each poll RPC; also the longest a poll round can take.
   absl::Duration rpc_timeout = absl::Seconds(2);
+  // How the router dials its workers (mTLS when TLS is on: grpc_security.h).
+  ChannelSecurity channel_security;
 };
 
 struct WorkerInfo {

@@ -407,6 +407,34 @@ TEST_F(RouterServiceTest, InvalidRequestReachesNoWorker) {
   EXPECT_EQ(decode_[0]->script.calls() + prefill_[0]->script.calls(), 0);
 }
 
+TEST_F(RouterServiceTest, ApiKeyIsRequiredOnGenerateAndTokenize) {
+  RouterOptions o;
+  o.api_key = "k-123";
+  StartStack(1, 1, o);
+  auto with_key = [](const std::string& value) {
+    return [value](grpc::ClientContext* ctx) { ctx->AddMetadata("authorization", value); };
+  };
+  for (const char* bad : {"", "Bearer", "Bearer k-12", "Bearer k-1234", "Basic k-123", "k-123"}) {
+    Result r = bad[0] == '\0' ? Generate() : Generate(with_key(bad));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << bad;
+    EXPECT_EQ(r.status.error_message().find("k-123"), std::string::npos) << r.status.error_message();
+  }
+  EXPECT_EQ(decode_[0]->script.calls() + prefill_[0]->script.calls(), 0);  // refused before any worker
+  Result r = Generate(with_key("Bearer k-123"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "hij");
+
+  pdserve::v1::TokenizeRequest treq;
+  treq.set_text("ab");
+  pdserve::v1::TokenizeResponse tresp;
+  grpc::ClientContext no_key;
+  EXPECT_EQ(stub_->Tokenize(&no_key, treq, &tresp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext keyed;
+  keyed.AddMetadata("authorization", "Bearer k-123");
+  ASSERT_TRUE(stub_->Tokenize(&keyed, treq, &tresp).ok());
+  EXPECT_EQ(tresp.token_ids_size(), 2);
+}
+
 TEST_F(RouterServiceTest, DecodeUnavailableRetriesOnAnotherDecodeWorker) {
   StartStack(1, 2);
   decode_[0]->script.Then(Fail(grpc::StatusCode::UNAVAILABLE));

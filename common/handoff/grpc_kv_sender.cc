@@ -132,7 +132,7 @@ void GrpcSendSession::WriteLoop() {
 std::shared_ptr<grpc::Channel> GrpcChannelCache::Get(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& ch = channels_[address];
-  if (ch == nullptr) ch = MakeChannel(address);
+  if (ch == nullptr) ch = MakeChannel(address, security_);
   return ch;
 }
 
@@ -140,7 +140,8 @@ namespace {
 
 class GrpcKvSender final : public KvSender {
  public:
-  GrpcKvSender(const ModelConfig& config, const KvSenderOptions& options) : config_(config), options_(options) {}
+  GrpcKvSender(const ModelConfig& config, const KvSenderOptions& options)
+      : config_(config), options_(options), channels_(options.channel_security) {}
 
   absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
                                                            KvHandoffHeader header,

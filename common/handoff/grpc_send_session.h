@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/handoff/chunked_send_session.h"
+#include "common/net/server.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
 
 namespace pdserve {
@@ -80,9 +81,11 @@ class GrpcSendSession : public ChunkedSendSession {
 // hand-off. Thread-safe.
 class GrpcChannelCache {
  public:
+  explicit GrpcChannelCache(ChannelSecurity security = {}) : security_(std::move(security)) {}
   std::shared_ptr<grpc::Channel> Get(const std::string& address);
 
  private:
+  const ChannelSecurity security_;
   std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 };

@@ -30,6 +30,7 @@
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/config.h"
 #include "common/model/sampling_params.h"
+#include "common/net/server.h"
 
 namespace pdserve {
 
@@ -208,6 +209,8 @@ struct KvSenderOptions {
   // confused peer makes it wait: the communicator is then dropped).
   absl::Duration nccl_connect_timeout = absl::Seconds(30);
   absl::Duration nccl_stall_timeout = absl::Seconds(10);
+  // How the prefill worker dials decode workers (mTLS when TLS is on).
+  ChannelSecurity channel_security;
 };
 
 std::unique_ptr<KvSender> MakeKvSender(KvTransport transport, const ModelConfig& config,

@@ -110,7 +110,7 @@ std::string MakeSenderId() {
 class NcclKvSender final : public KvSender {
  public:
   NcclKvSender(const ModelConfig& config, const KvSenderOptions& options)
-      : config_(config), options_(options), sender_id_(MakeSenderId()) {}
+      : config_(config), options_(options), sender_id_(MakeSenderId()), channels_(options.channel_security) {}
 
   absl::StatusOr<std::unique_ptr<KvSendSession>> StartSend(const std::string& decode_address,
                                                            KvHandoffHeader domain_header,

@@ -13,6 +13,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that peers must chain to: servers then require client certificates (mTLS), clients verify "
           "the server with it.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name the servers' certificates are checked against instead of the dialled host (e.g. one shared "
+          "certificate's DNS name when workers are dialled by pod IP); empty = the host.");
 ABSL_FLAG(std::string, api_key, "",
           "Key the public endpoints require (HTTP bearer token, gRPC 'authorization: Bearer KEY' metadata); "
           "default: $PDSERVE_API_KEY, empty = none.");
@@ -56,6 +59,7 @@ absl::StatusOr<SecurityOptions> SecurityOptionsFromFlags() {
     if (!ca.ok()) return ca.status();
     o.ca_pem = *std::move(ca);
   }
+  o.server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.api_key = absl::GetFlag(FLAGS_api_key);
   if (o.api_key.empty()) {
     const char* env = std::getenv("PDSERVE_API_KEY");

@@ -6,6 +6,9 @@
 //                           to: servers then require client certificates
 //                           (mTLS between router and workers), clients
 //                           verify the server against it
+//   --tls-server-name       the name peers' certificates are checked
+//                           against instead of the dialled host (workers
+//                           dialled by pod IP, one shared certificate)
 //   --api-key               the public endpoints' key (or PDSERVE_API_KEY):
 //                           a bearer token on HTTP, `authorization: Bearer
 //                           KEY` metadata on gRPC; empty = no key
@@ -28,6 +31,9 @@ struct SecurityOptions {
   std::string cert_file;
   std::string key_file;
   std::string ca_file;
+  // --tls-server-name: when set, the name a server's certificate must carry
+  // for this process's channels (instead of the host of the address).
+  std::string server_name;
   // The key clients must present; empty = none required.
   std::string api_key;
 

@@ -13,12 +13,14 @@
 namespace pdserve {
 
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
-                                          const std::vector<grpc::Service*>& services) {
+                                          const std::vector<grpc::Service*>& services,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer out;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &out.port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(listen_address, credentials, &out.port);
   // Both directions, explicitly (kMaxGrpcMessageBytes in server.h).
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
@@ -41,8 +43,49 @@ grpc::ChannelArguments DefaultChannelArguments() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), DefaultChannelArguments());
+namespace {
+
+// Adds `authorization: Bearer KEY` to every call's initial metadata (call
+// credentials would do it on TLS channels only).
+class ApiKeyInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit ApiKeyInterceptor(std::string header) : header_(std::move(header)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string header_;
+};
+
+class ApiKeyInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit ApiKeyInterceptorFactory(const std::string& api_key) : header_(absl::StrCat("Bearer ", api_key)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new ApiKeyInterceptor(header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security) {
+  return MakeChannel(address, DefaultChannelArguments(), security);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, grpc::ChannelArguments args,
+                                           const ChannelSecurity& security) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = security.credentials;
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.api_key.empty()) interceptors.push_back(std::make_unique<ApiKeyInterceptorFactory>(security.api_key));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, args, std::move(interceptors));
 }
 
 namespace {
@@ -69,7 +112,7 @@ int WaitForShutdownSignal() {
 
 absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::vector<grpc::Service*>& services,
                                       const MetricsRegistry* metrics, const FrontendStarter& start_frontend) {
-  absl::StatusOr<StartedServer> server = StartServer(options.listen, services);
+  absl::StatusOr<StartedServer> server = StartServer(options.listen, services, options.credentials);
   if (!server.ok()) return server.status();
   std::fprintf(stderr, "%s: serving on port %d%s\n", options.program.c_str(), server->port,
                options.serving_note.c_str());

@@ -1,7 +1,8 @@
 // Starting and stopping gRPC servers the same way in every binary: health
 // (grpc.health.v1) and reflection on, message sizes bounded by
 // kMaxGrpcMessageBytes in both directions, a bound port
-// that can be 0 (the kernel picks).
+// that can be 0 (the kernel picks), insecure or with the credentials given
+// (common/net/grpc_security.h makes them from the --tls-* flags).
 #pragma once
 
 #include <functional>
@@ -32,10 +33,11 @@ struct StartedServer {
   int port = 0;  // the bound port
 };
 
-// Serves `services` on `listen_address` ("host:port"). Unavailable with the
-// address when it cannot bind.
+// Serves `services` on `listen_address` ("host:port") with `credentials`
+// (nullptr: insecure). Unavailable with the address when it cannot bind.
 absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
-                                          const std::vector<grpc::Service*>& services);
+                                          const std::vector<grpc::Service*>& services,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // The channel arguments every pdserve client uses: kMaxGrpcMessageBytes in
 // both directions, no HTTP proxy, and a short reconnect backoff (100 ms to
@@ -43,8 +45,22 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
 // more arguments of its own.
 grpc::ChannelArguments DefaultChannelArguments();
 
-// An insecure client channel with DefaultChannelArguments().
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// How a client channel authenticates (grpc_security.h fills it from the
+// flags); the default is insecure, without a key.
+struct ChannelSecurity {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // nullptr: insecure
+  // Non-empty: the name the server's certificate must carry, instead of the
+  // host of the address (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG).
+  std::string server_name;
+  // Non-empty: every call sends `authorization: Bearer <api_key>` metadata.
+  std::string api_key;
+};
+
+// A client channel with DefaultChannelArguments() (or `args`) and
+// `security`.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const ChannelSecurity& security = {});
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, grpc::ChannelArguments args,
+                                           const ChannelSecurity& security);
 
 // Blocks the calling thread until SIGINT or SIGTERM arrives; returns the
 // signal. Call BlockShutdownSignals() first in main, before any thread
@@ -60,6 +76,7 @@ struct ServeOptions {
   int metrics_port = -1;     // 0 picks one, -1 turns /metrics off
   absl::Duration drain_timeout;  // how long streams may finish on a signal
   std::string serving_note;      // appended to the "serving on port N" line
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // the gRPC port's; nullptr: insecure
 };
 
 // Starts what else a process serves on top of its gRPC server, e.g. the

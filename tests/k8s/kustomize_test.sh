@@ -55,6 +55,14 @@ for overlay in "$WORK"/render/overlay-*.yaml; do
 done
 grep -q "nvidia.com/gpu" "$WORK/render/overlay-gpu.yaml" || fail "overlay-gpu requests no nvidia.com/gpu"
 grep -q "nvidia.com/gpu" "$WORK/render/overlay-cpu.yaml" && fail "overlay-cpu requests nvidia.com/gpu"
+# The tls overlay: the Secret on every pod, the key from its own Secret;
+# the others stay plaintext.
+[ "$(grep -c "secretName: pdserve-tls" "$WORK/render/overlay-tls.yaml")" = 3 ] ||
+  fail "overlay-tls does not mount the Secret pdserve-tls in its 3 Deployments"
+grep -q "name: pdserve-api-key" "$WORK/render/overlay-tls.yaml" || fail "overlay-tls: no API key from pdserve-api-key"
+for o in cpu gpu; do
+  grep -q "PDSERVE_TLS_" "$WORK/render/overlay-$o.yaml" && fail "overlay-$o sets TLS"
+done
 has job-passkey "$WORK/render/job-passkey.yaml" "Job pdserve-passkey"
 has job-passkey "$WORK/render/job-passkey.yaml" "PersistentVolumeClaim pdserve-passkey-results"
 has cpu+router-loadbalancer "$WORK/render/cpu+router-loadbalancer.yaml" "Service pdserve-router-public"

@@ -13,6 +13,9 @@
 #     on a flag or a value (--kv-transport=nccl of the gpu overlay parses in
 #     every build: without NCCL the worker warns and uses gRPC);
 #   - a worker binary that has --kv-transport gets it from the manifests.
+# The tls overlay's Secret (mounted at /etc/pdserve/tls) is stood in for by
+# certificates made here (tests/e2e/make_test_certs.sh, openssl), so the
+# servers read real PEM files and still stop at the model.
 # Binaries not built here (pdserve-passkey before it lands) are reported and
 # left out.
 # Usage: manifest_args_test.sh BUILD_DIR SOURCE_DIR
@@ -22,6 +25,12 @@ k8s_init "$@"
 need_kubectl
 need_node_tools
 command -v python3 >/dev/null || skip "python3 not found"
+command -v openssl >/dev/null || skip "openssl not found (the tls overlay's certificates are made with it)"
+bash "$SRC/tests/e2e/make_test_certs.sh" "$WORK/certs"
+mkdir -p "$WORK/tls-secret"  # the keys of the Secret pdserve-tls
+cp "$WORK/certs/node.crt" "$WORK/tls-secret/tls.crt"
+cp "$WORK/certs/node.key" "$WORK/tls-secret/tls.key"
+cp "$WORK/certs/ca.crt" "$WORK/tls-secret/ca.crt"
 
 render_all
 mapfile -t cpu <"$WORK/render/cpu.list"
@@ -35,6 +44,14 @@ OMP_WAIT_POLICY=PASSIVE python3 - "$BUILD" "$WORK" <<'PY'
 import json, os, re, subprocess, sys
 
 build, work = sys.argv[1], sys.argv[2]
+TLS_MOUNT, TLS_STANDIN = "/etc/pdserve/tls/", os.path.join(work, "tls-secret") + "/"
+
+def local_value(v):
+    """A manifest value as this machine runs it: placeholders for the
+    downward API, the stand-in for the TLS Secret's mount."""
+    v = v.replace("<fieldRef:status.podIP>", "127.0.0.1")
+    return v.replace(TLS_MOUNT, TLS_STANDIN)
+
 binaries = {}
 for root, dirs, files in os.walk(build):
     dirs[:] = [d for d in dirs if d != "CMakeFiles" and not d.startswith("k8s-test.")]
@@ -107,14 +124,14 @@ for rendering_set in ("cpu", "gpu"):
         # placeholders, the model points nowhere, so nothing starts serving.
         line = []
         for a in cmd:
-            a = a.replace("<fieldRef:status.podIP>", "127.0.0.1")
+            a = local_value(a)
             if flag_name(a) == "model" and a.startswith("--"):
                 a = "--model=" + MISSING_MODEL
             line.append(a)
         line[0] = binaries[binary]
         run_env = {k: v for k, v in os.environ.items() if not k.startswith("PDSERVE_")}
         for k, v in env.items():
-            run_env[k] = MISSING_MODEL if k == "PDSERVE_MODEL" else v.replace("<fieldRef:status.podIP>", "127.0.0.1")
+            run_env[k] = MISSING_MODEL if k == "PDSERVE_MODEL" else local_value(v)
         key = (tuple(line), tuple(sorted(env.items())))
         if key not in seen:
             r = subprocess.run(line, capture_output=True, text=True, timeout=120, env=run_env)

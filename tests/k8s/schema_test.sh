@@ -20,9 +20,10 @@ node "$SRC/tests/k8s/validate.mjs" --expect-gpu "${gpu[@]}" || fail "the gpu man
 # Known mistakes, each of which must be caught.
 base=$WORK/render/overlay-cpu.yaml
 caught=0
-mutant() {  # mutant WHAT SED-SCRIPT
-  sed "$2" "$base" >"$WORK/mutant.yaml"
-  cmp -s "$base" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
+mutant() {  # mutant WHAT SED-SCRIPT [RENDERING]
+  local from=${3:-$base}
+  sed "$2" "$from" >"$WORK/mutant.yaml"
+  cmp -s "$from" "$WORK/mutant.yaml" && fail "mutation '$1' changed nothing (update this test)"
   caught_in "$1" "$WORK/mutant.yaml"
 }
 caught_in() {  # caught_in WHAT FILE
@@ -55,4 +56,12 @@ mutant "a PodMonitor on a port the pods do not have" 's/^    port: metrics$/    
 { cat "$WORK/render/overlay-cpu.yaml"; echo "---"; cat "$SRC/k8s/components/keda/scaledobjects.yaml"; } >"$WORK/both.yaml"
 caught_in "ScaledObjects next to the CPU HPAs" "$WORK/both.yaml"
 grep -q "two autoscalers fight" "$WORK/mutant.log" || fail "ScaledObjects next to the CPU HPAs: not for the right reason"
+# The tls overlay's rules (docs/security.md).
+tls=$WORK/render/overlay-tls.yaml
+mutant "a gRPC probe on a TLS port" '0,/^          tcpSocket:$/s//          grpc:/
+0,/^            port: grpc$/s//            port: 50052/' "$tls"
+mutant "TLS without the CA" '0,/^  PDSERVE_TLS_CA: .*$/{//d}' "$tls"
+mutant "the API key as a ConfigMap literal" '0,/^  PDSERVE_TLS_CA: /s//  PDSERVE_API_KEY: hunter2\n  PDSERVE_TLS_CA: /' "$tls"
+mutant "a writable TLS mount" '/mountPath: \/etc\/pdserve\/tls$/{n;n;s/readOnly: true/readOnly: false/}' "$tls"
+mutant "TLS on the workers only" '/^  PDSERVE_DECODE_DNS:/,/^kind:/{/PDSERVE_TLS_/d}' "$tls"
 echo "PASS: ${#cpu[@]} + ${#gpu[@]} renderings valid, $caught known mistakes caught"

@@ -267,6 +267,33 @@ function setting(args, env, flag) {
   return flagValue(args, flag) ?? env.get("PDSERVE_" + flag.toUpperCase().replace(/-/g, "_"));
 }
 
+// TLS of a server container (docs/security.md): off, or all of --tls-cert,
+// --tls-key and --tls-ca (workers refuse TLS without the CA: mTLS only)
+// from a read-only Secret volume; an API key only from a Secret, never a
+// ConfigMap literal. Returns whether TLS is on.
+function checkTls(cw, kind, c, args, env, spec) {
+  const files = ["tls-cert", "tls-key", "tls-ca"].map((f) => [f, setting(args, env, f)]);
+  const given = files.filter(([, v]) => v);
+  const apiKey = (c.env || []).find((e) => e.name === "PDSERVE_API_KEY");
+  if (env.has("PDSERVE_API_KEY") && !apiKey?.valueFrom?.secretKeyRef) {
+    fail(cw, "PDSERVE_API_KEY must come from a Secret (secretKeyRef), not a literal or a ConfigMap");
+  }
+  if (flagValue(args, "api-key") !== undefined) fail(cw, "--api-key in args shows the key: use PDSERVE_API_KEY from a Secret");
+  if (apiKey && kind !== "router") fail(cw, "only the router takes an API key");
+  if (given.length === 0) return false;
+  if (given.length !== files.length) {
+    fail(cw, `TLS needs --tls-cert, --tls-key and --tls-ca together (has ${given.map(([f]) => f).join(", ")})`);
+  }
+  for (const [flag, file] of given) {
+    const mount = (c.volumeMounts || []).find((m) => file.startsWith(m.mountPath + "/"));
+    const volume = mount && (spec.volumes || []).find((v) => v.name === mount.name);
+    if (!mount) fail(cw, `no volume is mounted where --${flag} ${file} points`);
+    else if (mount.readOnly !== true) fail(cw, `the TLS volume ${mount.name} must be mounted readOnly`);
+    else if (!volume?.secret) fail(cw, `--${flag} ${file}: the volume ${mount.name} must be a Secret`);
+  }
+  return true;
+}
+
 // The PDSERVE_* variables of a container's environment.
 function pdserveEnv(env) {
   return Object.fromEntries([...env].filter(([k]) => k.startsWith("PDSERVE_")));
@@ -423,12 +450,17 @@ function checkRendering(name, objs, commands) {
       }
 
       // Probes: gRPC health on the grpc port. Liveness never involves
-      // another pod (a grpc probe of our own port can't).
+      // another pod (a grpc probe of our own port can't). With TLS the
+      // kubelet's gRPC probe (plaintext) cannot talk to the port: tcpSocket
+      // on it instead.
+      const tls = checkTls(cw, kind, c, args, env, spec);
       for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
         const pr = c[probe];
+        const want = tls ? "tcpSocket" : "grpc";
+        const port = pr?.[want]?.port;
         if (!pr) fail(cw, `needs a ${probe}`);
-        else if (!pr.grpc) fail(cw, `${probe} must be a gRPC health probe`);
-        else if (pr.grpc.port !== grpcPort) fail(cw, `${probe} probes port ${pr.grpc.port}, not the grpc port ${grpcPort}`);
+        else if (!pr[want]) fail(cw, `${probe} must be a ${tls ? "tcpSocket probe (the port is TLS)" : "gRPC health probe"}`);
+        else if (port !== grpcPort && port !== "grpc") fail(cw, `${probe} probes port ${port}, not the grpc port ${grpcPort}`);
       }
       if (kind !== "router" && c.startupProbe) {
         const budget = (c.startupProbe.periodSeconds ?? 10) * (c.startupProbe.failureThreshold ?? 3);
@@ -489,6 +521,15 @@ function checkRendering(name, objs, commands) {
         if (!ok) fail(where, `port ${port.port}: ${w.where} has no container port ${port.targetPort}`);
       }
     }
+  }
+
+  // TLS on every server or on none (a plaintext peer of a TLS one cannot
+  // connect), with the same name for the workers' certificate.
+  const servers = Object.entries(byKind);
+  const tlsOf = ([, s]) => `${setting(s.args, s.env, "tls-cert") ? "TLS" : "plaintext"}` +
+    ` ${setting(s.args, s.env, "tls-server-name") ?? ""}`;
+  if (new Set(servers.map(tlsOf)).size > 1) {
+    fail(`${name}: servers`, `disagree on TLS: ${servers.map((e) => `${e[0]} ${tlsOf(e)}`).join(", ")}`);
   }
 
   // The router's DNS targets: headless Services in front of the right pods.
