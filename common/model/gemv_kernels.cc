@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include "common/model/avx2_util.h"
+#include "common/model/gemv_avx512.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -77,14 +79,43 @@ bool GemvAvailable() {
   return ok;
 }
 
-void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
-             int64_t ldy) {
+bool GemvIsaAvailable(GemvIsa isa) {
+  const CpuFeatures& f = HostCpuFeatures();
+  const bool avx2 = f.avx2 && f.fma;
+  return isa == GemvIsa::kAvx512 ? avx2 && f.avx512f : avx2;
+}
+
+GemvIsa GemvDefaultIsa() {
+  static const GemvIsa isa = [] {
+    const absl::StatusOr<Isa> host = HostIsa();
+    const bool forced_avx2 = host.ok() && *host == Isa::kAvx2;
+    return !forced_avx2 && GemvIsaAvailable(GemvIsa::kAvx512) ? GemvIsa::kAvx512 : GemvIsa::kAvx2;
+  }();
+  return isa;
+}
+
+const char* GemvIsaName(GemvIsa isa) { return isa == GemvIsa::kAvx512 ? "avx512" : "avx2"; }
+
+void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y, int64_t ldy,
+             GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemvF32Avx512(x, M, K, W, n0, n1, y, ldy);
   Dispatch(x, M, K, W, n0, n1, y, ldy);
 }
 
 void GemvBf16(const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
-              int64_t ldy) {
+              int64_t ldy, GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemvBf16Avx512(x, M, K, W, n0, n1, y, ldy);
   Dispatch(x, M, K, W, n0, n1, y, ldy);
+}
+
+void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
+             int64_t ldy) {
+  GemvF32(x, M, K, W, n0, n1, y, ldy, GemvDefaultIsa());
+}
+
+void GemvBf16(const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  GemvBf16(x, M, K, W, n0, n1, y, ldy, GemvDefaultIsa());
 }
 
 }  // namespace pdserve
