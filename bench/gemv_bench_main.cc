@@ -5,7 +5,7 @@
 //
 //   pdserve-gemv-bench [ROUNDS=3] [ROWS=1,4]
 //
-// Prints per (shape, dtype, rows, isa) the best and worst round: ms per call,
+// int8 (Q8_0, gemv_q8.h's GemvQ8Fma) has one build. Prints per (shape, dtype, rows, isa) the best and worst round: ms per call,
 // GB/s of weights read (wall time) and CPU ms per call.
 #include <time.h>
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
 
 namespace pdserve {
 namespace {
@@ -37,6 +38,20 @@ struct Sample {
 };
 
 // Times `calls` calls over distinct copies of one [N, K] weight.
+Sample TimeQ8(const Shape& s, int64_t M, const std::vector<char>& pool, const std::vector<float>& x,
+              std::vector<float>& y) {
+  const int64_t bytes = s.N * Q8RowBytes(s.K);
+  const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
+  const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
+  const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
+  for (int64_t c = 0; c < calls; ++c) {
+    const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
+    GemvQ8Fma(x.data(), M, s.K, w, 0, s.N, y.data(), s.N);
+  }
+  const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
+  return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
+}
+
 Sample Time(const Shape& s, bool bf16, int64_t M, GemvIsa isa, const std::vector<char>& pool,
             const std::vector<float>& x, std::vector<float>& y) {
   const int64_t bytes = s.N * s.K * (bf16 ? 2 : 4);
@@ -53,6 +68,14 @@ Sample Time(const Shape& s, bool bf16, int64_t M, GemvIsa isa, const std::vector
   }
   const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
   return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
+}
+
+void Print(const Shape& s, const char* dtype, int64_t M, const char* isa, const std::vector<Sample>& g) {
+  auto by = [](auto f) { return [f](const Sample& a, const Sample& b) { return f(a) < f(b); }; };
+  const auto ms = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.ms; }));
+  const auto cpu = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.cpu_ms; }));
+  std::printf("%-20s %-5s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
+              ms.first->ms, ms.second->ms, ms.first->gbs, ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
 }
 
 int Main(int argc, char** argv) {
@@ -74,21 +97,18 @@ int Main(int argc, char** argv) {
   std::printf("%-20s %-5s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (bool bf16 : {false, true}) {
+    for (const char* dtype : {"f32", "bf16", "int8"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
       for (int64_t M : row_counts) {
-        std::vector<std::vector<Sample>> got(isas.size());
+        // int8: one kernel (gemv_q8.h, AVX2), listed once.
+        const size_t n_isas = q8 ? 1 : isas.size();
+        std::vector<std::vector<Sample>> got(n_isas);
         for (int r = 0; r < rounds; ++r) {
-          for (size_t i = 0; i < isas.size(); ++i) got[i].push_back(Time(s, bf16, M, isas[i], pool, x, y));
+          for (size_t i = 0; i < n_isas; ++i) {
+            got[i].push_back(q8 ? TimeQ8(s, M, pool, x, y) : Time(s, bf16, M, isas[i], pool, x, y));
+          }
         }
-        for (size_t i = 0; i < isas.size(); ++i) {
-          auto by = [](auto f) { return [f](const Sample& a, const Sample& b) { return f(a) < f(b); }; };
-          const auto& g = got[i];
-          const auto ms = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.ms; }));
-          const auto cpu = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.cpu_ms; }));
-          std::printf("%-20s %-5s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, bf16 ? "bf16" : "f32",
-                      static_cast<long>(M), GemvIsaName(isas[i]), ms.first->ms, ms.second->ms, ms.first->gbs,
-                      ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
-        }
+        for (size_t i = 0; i < n_isas; ++i) Print(s, dtype, M, GemvIsaName(isas[i]), got[i]);
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "common/model/avx2_util.h"
+#include "common/model/gemv_kernels.h"
 
 namespace pdserve {
 namespace {
@@ -36,15 +37,10 @@ inline float Reduce(__m512 acc) {
   return avx2::HorizontalSum(_mm256_add_ps(lo, hi));
 }
 
-// Software prefetch this many bytes ahead in each weight row: the hardware
-// prefetchers alone left a bf16 row stream at ~60% of the fp32 one's bytes/s
-// on the Sapphire Rapids VM (docs/benchmarks.md section 14).
-constexpr int kPrefetchBytes = 4096;
-
 // R consecutive weight rows (w, w + K, ...) against M rows of x; outputs
 // y_col[m * ldy + r]. acc[r][m] lane j sums k = j mod 16, as the AVX2 Row.
 template <int R, int M, typename WT>
-void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
+void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
   __m512 acc[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R * M; ++i) acc[i / M][i % M] = _mm512_setzero_ps();
@@ -55,7 +51,7 @@ void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
     for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * K + k);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * K + k) + kPrefetchBytes, _MM_HINT_T0);
+      if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + r * K + k) + pf, _MM_HINT_T0);
       const __m512 wv = LoadW(w + r * K + k);
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
@@ -85,9 +81,10 @@ void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
 
 template <int M, typename WT>
 void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int64_t pf = GemvPrefetchBytes();
   int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) Block<4, M>(x, K, W + n * K, y + n, ldy);
-  for (; n < n1; ++n) Block<1, M>(x, K, W + n * K, y + n, ldy);
+  for (; n + 4 <= n1; n += 4) Block<4, M>(x, K, W + n * K, y + n, ldy, pf);
+  for (; n < n1; ++n) Block<1, M>(x, K, W + n * K, y + n, ldy, pf);
 }
 
 template <typename WT>

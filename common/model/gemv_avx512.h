@@ -10,7 +10,7 @@
 // token. Speed comes from breaking the FMA latency chain across 4 weight
 // rows at once (16 independent chains for 4 rows of x) and reusing each x
 // load for the 4 weight rows, and from a software prefetch 4 KiB ahead in
-// each row; widening bf16 stays two ops per 16 weights.
+// each row (GemvPrefetchBytes); widening bf16 stays two ops per 16 weights.
 #pragma once
 
 #include <cstdint>

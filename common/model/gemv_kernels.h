@@ -31,6 +31,13 @@ bool GemvIsaAvailable(GemvIsa isa);
 GemvIsa GemvDefaultIsa();
 const char* GemvIsaName(GemvIsa isa);  // "avx2", "avx512"
 
+// How far ahead (bytes) every decode kernel (these and gemv_q8.h's)
+// software-prefetches its weight rows: 4096, or PDSERVE_GEMV_PREFETCH (0 turns
+// it off, for A/B runs); read once. On the Sapphire Rapids VM the hardware
+// prefetchers alone left bf16 and int8 rows at ~60% of the bytes/s of fp32
+// ones (docs/benchmarks.md section 14).
+int64_t GemvPrefetchBytes();
+
 // For output columns n in [n0, n1): y[m * ldy + n] = sum_k x[m * K + k] * W[n * K + k],
 // m < M <= kGemvMaxRows. W is fp32, or bf16 as raw uint16 (upper half of an fp32).
 // Without `isa`: GemvDefaultIsa().
