@@ -2,7 +2,12 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "common/model/avx2_util.h"
+#include "common/model/gemv_avx512.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -25,12 +30,13 @@ inline float ScalarW(uint16_t w) { return avx2::Load1(&w); }
 // depend on how many rows share the pass, or a sequence's tokens would
 // depend on its decode batch.
 template <int M, typename WT>
-void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
+void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
   __m256 acc0[M], acc1[M];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
+    if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + k) + pf, _MM_HINT_T0);
     const __m256 w0 = LoadW(w + k), w1 = LoadW(w + k + 8);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
@@ -54,7 +60,8 @@ void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy) {
 
 template <int M, typename WT>
 void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  for (int64_t n = n0; n < n1; ++n) Row<M>(x, K, W + n * K, y + n, ldy);
+  const int64_t pf = GemvPrefetchBytes();
+  for (int64_t n = n0; n < n1; ++n) Row<M>(x, K, W + n * K, y + n, ldy, pf);
 }
 
 template <typename WT>
@@ -77,14 +84,51 @@ bool GemvAvailable() {
   return ok;
 }
 
-void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
-             int64_t ldy) {
+bool GemvIsaAvailable(GemvIsa isa) {
+  const CpuFeatures& f = HostCpuFeatures();
+  const bool avx2 = f.avx2 && f.fma;
+  return isa == GemvIsa::kAvx512 ? avx2 && f.avx512f : avx2;
+}
+
+GemvIsa GemvDefaultIsa() {
+  static const GemvIsa isa = [] {
+    const absl::StatusOr<Isa> host = HostIsa();
+    const bool forced_avx2 = host.ok() && *host == Isa::kAvx2;
+    return !forced_avx2 && GemvIsaAvailable(GemvIsa::kAvx512) ? GemvIsa::kAvx512 : GemvIsa::kAvx2;
+  }();
+  return isa;
+}
+
+int64_t GemvPrefetchBytes() {
+  static const int64_t bytes = [] {
+    const char* env = std::getenv("PDSERVE_GEMV_PREFETCH");
+    return env != nullptr && *env != '\0' ? std::max<int64_t>(0, std::atoll(env)) : int64_t{4096};
+  }();
+  return bytes;
+}
+
+const char* GemvIsaName(GemvIsa isa) { return isa == GemvIsa::kAvx512 ? "avx512" : "avx2"; }
+
+void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y, int64_t ldy,
+             GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemvF32Avx512(x, M, K, W, n0, n1, y, ldy);
   Dispatch(x, M, K, W, n0, n1, y, ldy);
 }
 
 void GemvBf16(const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
-              int64_t ldy) {
+              int64_t ldy, GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemvBf16Avx512(x, M, K, W, n0, n1, y, ldy);
   Dispatch(x, M, K, W, n0, n1, y, ldy);
+}
+
+void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
+             int64_t ldy) {
+  GemvF32(x, M, K, W, n0, n1, y, ldy, GemvDefaultIsa());
+}
+
+void GemvBf16(const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
+              int64_t ldy) {
+  GemvBf16(x, M, K, W, n0, n1, y, ldy, GemvDefaultIsa());
 }
 
 }  // namespace pdserve

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/model/avx2_util.h"
+#include "common/model/gemv_kernels.h"
 
 namespace pdserve {
 namespace {
@@ -33,13 +34,14 @@ inline __m256 BlockDot(__m256i w, __m256i x) {
 // One weight row against M quantized rows of x. Two accumulators per row
 // (even and odd blocks) break the FMA latency chain.
 template <int M>
-void DotRow(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, float* y_col, int64_t ldy) {
+void DotRow(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, float* y_col, int64_t ldy, int64_t pf) {
   const int64_t nb = K / kQ8Block;
   __m256 acc[2][M];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * kQ8BlockBytes;
+    if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + pf, _MM_HINT_T0);
     const __m256i qw = Load32(blk + 2);
     const __m256 dw = _mm256_set1_ps(HalfToFloat(blk));
 #pragma GCC unroll 8
@@ -60,13 +62,14 @@ inline __m256 Widen8(const uint8_t* p) {
 // One weight row against M fp32 rows of x: each block widened, FMA'd with
 // x into a block sum, which is then scaled into the row's accumulator.
 template <int M>
-void FmaRow(const float* x, int64_t K, const uint8_t* w, float* y_col, int64_t ldy) {
+void FmaRow(const float* x, int64_t K, const uint8_t* w, float* y_col, int64_t ldy, int64_t pf) {
   const int64_t nb = K / kQ8Block;
   __m256 acc[M];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) acc[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * kQ8BlockBytes;
+    if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + pf, _MM_HINT_T0);
     const __m256 dw = _mm256_set1_ps(HalfToFloat(blk));
     const __m256 w0 = Widen8(blk + 2), w1 = Widen8(blk + 10), w2 = Widen8(blk + 18), w3 = Widen8(blk + 26);
 #pragma GCC unroll 8
@@ -87,13 +90,15 @@ template <int M>
 void DotRows(const int8_t* xq, const float* xs, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,
              int64_t ldy) {
   const int64_t rb = Q8RowBytes(K);
-  for (int64_t n = n0; n < n1; ++n) DotRow<M>(xq, xs, K, W + n * rb, y + n, ldy);
+  const int64_t pf = GemvPrefetchBytes();
+  for (int64_t n = n0; n < n1; ++n) DotRow<M>(xq, xs, K, W + n * rb, y + n, ldy, pf);
 }
 
 template <int M>
 void FmaRows(const float* x, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t rb = Q8RowBytes(K);
-  for (int64_t n = n0; n < n1; ++n) FmaRow<M>(x, K, W + n * rb, y + n, ldy);
+  const int64_t pf = GemvPrefetchBytes();
+  for (int64_t n = n0; n < n1; ++n) FmaRow<M>(x, K, W + n * rb, y + n, ldy, pf);
 }
 
 void QuantizeRowsImpl(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {

@@ -15,6 +15,7 @@
 //   activations' rounding error; not faster here at batch <= 4.
 // In both, a y element's summation order does not depend on M, so a
 // sequence's tokens do not depend on its decode batch.
+// Both prefetch each weight row GemvPrefetchBytes() ahead (gemv_kernels.h).
 //
 // No ATen here: compiled for AVX2+FMA+F16C.
 #pragma once

@@ -1,0 +1,121 @@
+// pdserve-gemv-bench: the decode matrix-vector kernels alone (gemv_kernels.h),
+// one thread, per ISA build, at the 502M model's shapes, interleaved rounds.
+// Each call reads a different copy of the weights (a pool of >= 256 MB), so
+// every weight comes from DRAM, as in a decode step.
+//
+//   pdserve-gemv-bench [ROUNDS=3] [ROWS=1,4]
+//
+// int8 (Q8_0, gemv_q8.h's GemvQ8Fma) has one build. Prints per (shape, dtype, rows, isa) the best and worst round: ms per call,
+// GB/s of weights read (wall time) and CPU ms per call.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
+
+namespace pdserve {
+namespace {
+
+double Now(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct Shape {
+  const char* name;
+  int64_t N, K;
+};
+
+struct Sample {
+  double ms = 0, cpu_ms = 0, gbs = 0;
+};
+
+// Times `calls` calls over distinct copies of one [N, K] weight.
+Sample TimeQ8(const Shape& s, int64_t M, const std::vector<char>& pool, const std::vector<float>& x,
+              std::vector<float>& y) {
+  const int64_t bytes = s.N * Q8RowBytes(s.K);
+  const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
+  const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
+  const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
+  for (int64_t c = 0; c < calls; ++c) {
+    const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
+    GemvQ8Fma(x.data(), M, s.K, w, 0, s.N, y.data(), s.N);
+  }
+  const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
+  return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
+}
+
+Sample Time(const Shape& s, bool bf16, int64_t M, GemvIsa isa, const std::vector<char>& pool,
+            const std::vector<float>& x, std::vector<float>& y) {
+  const int64_t bytes = s.N * s.K * (bf16 ? 2 : 4);
+  const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
+  const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
+  const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
+  for (int64_t c = 0; c < calls; ++c) {
+    const char* w = pool.data() + (c % copies) * bytes;
+    if (bf16) {
+      GemvBf16(x.data(), M, s.K, reinterpret_cast<const uint16_t*>(w), 0, s.N, y.data(), s.N, isa);
+    } else {
+      GemvF32(x.data(), M, s.K, reinterpret_cast<const float*>(w), 0, s.N, y.data(), s.N, isa);
+    }
+  }
+  const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
+  return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
+}
+
+void Print(const Shape& s, const char* dtype, int64_t M, const char* isa, const std::vector<Sample>& g) {
+  auto by = [](auto f) { return [f](const Sample& a, const Sample& b) { return f(a) < f(b); }; };
+  const auto ms = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.ms; }));
+  const auto cpu = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.cpu_ms; }));
+  std::printf("%-20s %-5s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
+              ms.first->ms, ms.second->ms, ms.first->gbs, ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
+}
+
+int Main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  std::vector<int64_t> row_counts;
+  for (const char* p = argc > 2 ? argv[2] : "1,4"; *p != '\0';) {
+    row_counts.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  const Shape shapes[] = {{"qkv [1536,768]", 1536, 768},
+                          {"gate_up [3072,768]", 3072, 768},
+                          {"down [768,1536]", 768, 1536},
+                          {"head [128000,768]", 128000, 768}};
+  std::vector<char> pool(size_t{512} << 20);
+  for (size_t i = 0; i < pool.size(); i += 2) pool[i] = static_cast<char>(i * 7), pool[i + 1] = 0x3c;
+  std::vector<float> x(kGemvMaxRows * 1536, 0.5f), y(kGemvMaxRows * 128000);
+  std::vector<GemvIsa> isas = {GemvIsa::kAvx2};
+  if (GemvIsaAvailable(GemvIsa::kAvx512)) isas.push_back(GemvIsa::kAvx512);
+  std::printf("%-20s %-5s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
+              "GB/s (max-min)", "cpu ms (min-max)");
+  for (const Shape& s : shapes) {
+    for (const char* dtype : {"f32", "bf16", "int8"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
+      for (int64_t M : row_counts) {
+        // int8: one kernel (gemv_q8.h, AVX2), listed once.
+        const size_t n_isas = q8 ? 1 : isas.size();
+        std::vector<std::vector<Sample>> got(n_isas);
+        for (int r = 0; r < rounds; ++r) {
+          for (size_t i = 0; i < n_isas; ++i) {
+            got[i].push_back(q8 ? TimeQ8(s, M, pool, x, y) : Time(s, bf16, M, isas[i], pool, x, y));
+          }
+        }
+        for (size_t i = 0; i < n_isas; ++i) Print(s, dtype, M, GemvIsaName(isas[i]), got[i]);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdserve
+
+int main(int argc, char** argv) { return pdserve::Main(argc, argv); }
