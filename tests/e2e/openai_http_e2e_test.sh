@@ -70,7 +70,8 @@ print(json.dumps({"text": "".join(texts), "chunks": chunks}))
 PY
 }
 
-metric() { curl -s "http://127.0.0.1:$METRICS/metrics" | sed -n "s/^$1 //p"; }
+# A series' value (every series carries a model label: {model="..."}).
+metric() { curl -s "http://127.0.0.1:$METRICS/metrics" | sed -n "s/^$1{model=\"[^\"]*\"} //p"; }
 
 start_http_stack
 # Completions: text and token ids give the same greedy text.
@@ -128,9 +129,9 @@ expect "/v1/models" 200 "$st" \
 st=$(call GET /health)
 expect "/health" 200 "$st" 'd["status"] == "ok"'
 st=$(call GET /metrics)
-[ "$st" = 200 ] && grep -q '^pdserve_decode_kv_bytes_used ' "$WORK/body" || fail "/metrics: $st"
+[ "$st" = 200 ] && grep -q '^pdserve_decode_kv_bytes_used{' "$WORK/body" || fail "/metrics: $st"
 # One path: the HTTP requests went through the router's Generate.
-oks=$(sed -n 's/^pdserve_router_requests_total{code="OK"} //p' "$WORK/body")
+oks=$(sed -n 's/^pdserve_router_requests_total{code="OK",model="[^"]*"} //p' "$WORK/body")
 [ "${oks:-0}" -ge 6 ] || fail "router counted ${oks:-0} OK requests, want >= 6"
 ok "/metrics; the router counted the HTTP requests ($oks OK)"
 
