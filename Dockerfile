@@ -81,7 +81,8 @@ COPY configs/ /usr/share/pdserve/configs/
 USER ${PDSERVE_UID}:${PDSERVE_UID}
 WORKDIR /home/pdserve
 # No ENTRYPOINT: the Kubernetes manifests (k8s/) and `docker run IMAGE
-# pdserve-decode ...` name the binary to run. Ports: router 50051, decode
-# 50052, prefill 50053 (the binaries' defaults).
-EXPOSE 50051 50052 50053
+# pdserve-decode ...` name the binary to run. Ports (the binaries'
+# defaults): router gRPC 50051 and OpenAI HTTP 8000, decode 50052, prefill
+# 50053; /metrics router 9400, prefill 9401, decode 9402.
+EXPOSE 50051 50052 50053 8000 9400 9401 9402
 CMD ["pdserve-router", "--help"]
