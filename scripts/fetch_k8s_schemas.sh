@@ -19,23 +19,8 @@ DEST=${PDSERVE_K8S_TOOLS:-.cache/k8s-tools}
 required=0
 [ "${1:-}" = "--required" ] && required=1
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "fetch_k8s_schemas: node/npm not found; the k8s schema tests will skip" >&2
-  exit $((required))
-fi
-
-if [ -f "$DEST/package-lock.json" ] && [ -d "$DEST/node_modules" ] &&
-   cmp -s "$SRC/package-lock.json" "$DEST/package-lock.json" &&
-   cmp -s "$SRC/package.json" "$DEST/package.json"; then
-  echo "fetch_k8s_schemas: $DEST is up to date" >&2
-  exit 0
-fi
-
-mkdir -p "$DEST"
-cp "$SRC/package.json" "$SRC/package-lock.json" "$DEST/"
-echo "fetch_k8s_schemas: installing into $DEST" >&2
-# --ignore-scripts: no package may run code at install time.
-(cd "$DEST" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+source scripts/npm_pinned_lib.sh
+npm_pinned_install fetch_k8s_schemas "$SRC" "$DEST" "$required" node_modules
 # Prove the install works as the tests use it.
 node -e '
   const p = process.argv[1] + "/node_modules/";

@@ -15,23 +15,8 @@ DEST=${PDSERVE_OPENAI_CLIENT:-.cache/openai-client}
 required=0
 [ "${1:-}" = "--required" ] && required=1
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "fetch_openai_client: node/npm not found; the openai client test will skip" >&2
-  exit $((required))
-fi
-
-if [ -f "$DEST/package-lock.json" ] && [ -d "$DEST/node_modules/openai" ] &&
-   cmp -s "$SRC/package-lock.json" "$DEST/package-lock.json" &&
-   cmp -s "$SRC/package.json" "$DEST/package.json"; then
-  echo "fetch_openai_client: $DEST is up to date" >&2
-  exit 0
-fi
-
-mkdir -p "$DEST"
-cp "$SRC/package.json" "$SRC/package-lock.json" "$DEST/"
-echo "fetch_openai_client: installing into $DEST" >&2
-# --ignore-scripts: no package may run code at install time.
-(cd "$DEST" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+source scripts/npm_pinned_lib.sh
+npm_pinned_install fetch_openai_client "$SRC" "$DEST" "$required" node_modules/openai
 # Prove the install works as the test uses it.
 node -e '
   const p = process.argv[1] + "/node_modules/openai/";
