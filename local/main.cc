@@ -16,11 +16,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/log.h"
 #include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_flags.h"
@@ -153,7 +156,7 @@ void ServeUntilSignal(pdserve::MetricsRegistry* metrics, Router* router, Prefill
   if (!metrics_server.ok()) pdserve::Die(metrics_server.status());
 
   const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, stopping\n", kProgram, sig);
+  pdserve::log::Info(absl::StrCat("signal ", sig, ", stopping"), {{"signal", sig}});
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
   router->server.server->Shutdown(deadline);
   prefill->server.started.server->Shutdown(deadline);
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "Runs router + prefill + decode on loopback in one process.\n"
                    "Usage: pdserve-local --model DIR [--port 50051] [--kv-dtype f32|bf16]");
+  pdserve::InitServerLogging("local");
   LocalOptions options = OptionsFromFlags(&metrics);
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
@@ -179,9 +183,10 @@ int main(int argc, char** argv) {
   DecodeWorker decode = StartDecodeWorker(*loaded, options.decode);
   PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);
   Router router = StartRouter(*loaded, std::move(options.router), prefill.server.address, decode.server.address);
-  std::fprintf(stderr, "%s: router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
-               router.server.port, prefill.server.address.c_str(), decode.server.address.c_str(),
-               absl::GetFlag(FLAGS_kv_transport).c_str());
+  pdserve::log::Info(absl::StrFormat("router on 127.0.0.1:%d (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops",
+                                     router.server.port, prefill.server.address, decode.server.address,
+                                     absl::GetFlag(FLAGS_kv_transport)),
+                     {{"port", router.server.port}});
   ServeUntilSignal(&metrics, &router, &prefill, &decode);
   return 0;
 }

@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/log.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -56,7 +58,7 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
   const absl::Duration wait = absl::Seconds(absl::GetFlag(FLAGS_wait_for_workers_s));
   for (pdserve::WorkerPool* pool : {prefill, decode}) {
     absl::Status st = pool->WaitForHealthy(1, wait);
-    if (!st.ok()) std::fprintf(stderr, "%s: warning: %s\n", kProgram, std::string(st.message()).c_str());
+    if (!st.ok()) pdserve::log::Warn(st.message());
   }
 }
 
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
                    "The pdserve router.\n"
                    "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
                    "       [--listen 0.0.0.0:50051] [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
+  pdserve::InitServerLogging("router");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
   options->metrics = &metrics;

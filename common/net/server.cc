@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net/metrics.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 
@@ -71,13 +72,13 @@ absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::ve
                                       const MetricsRegistry* metrics) {
   absl::StatusOr<StartedServer> server = StartServer(options.listen, services);
   if (!server.ok()) return server.status();
-  std::fprintf(stderr, "%s: serving on port %d%s\n", options.program.c_str(), server->port,
-               options.serving_note.c_str());
+  log::Info(absl::StrCat("serving on port ", server->port, options.serving_note), {{"port", server->port}},
+            log::TextPrefix::Named(options.program));
   auto metrics_server = ServeMetrics(options.metrics_host, options.metrics_port, metrics, options.program);
   if (!metrics_server.ok()) return metrics_server.status();
 
   const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, draining\n", options.program.c_str(), sig);
+  log::Info(absl::StrCat("signal ", sig, ", draining"), {{"signal", sig}}, log::TextPrefix::Named(options.program));
   server->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(options.drain_timeout));
   return absl::OkStatus();
 }
