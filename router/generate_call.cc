@@ -273,8 +273,9 @@ void RouterService::GenerateCall::LogRequest(const grpc::Status& st) const {
   const std::string decode = usage_.decode_worker().empty() ? "-" : usage_.decode_worker();
   const std::string error = st.error_message().substr(0, 512);
   if (log::CurrentFormat() == log::Format::kText) {
-    const std::string client_id =
-        request_.request_id().empty() ? "" : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
+    const std::string client_id = request_.request_id().empty()
+                                      ? ""
+                                      : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
     log::Info(absl::StrFormat("request %s%s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
                               "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
                               internal_id_, client_id, GrpcCodeName(st.error_code()), prompt_.size(), generated_,

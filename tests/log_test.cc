@@ -77,8 +77,9 @@ TEST(LogJson, InvalidUtf8IsReplacedNotThrown) {
 }
 
 TEST(LogJson, FieldsCannotOverrideTheFixedKeys) {
-  nlohmann::json j = nlohmann::json::parse(log::FormatJsonLine(
-      At(3), log::Level::kInfo, "prefill", "real", {{"msg", "fake"}, {"level", "error"}, {"ts", 1}, {"component", "x"}}));
+  nlohmann::json j = nlohmann::json::parse(log::FormatJsonLine(At(3), log::Level::kInfo, "prefill", "real",
+                                                               {{"msg", "fake"}, {"level", "error"}, {"ts", 1},
+                                                                {"component", "x"}}));
   EXPECT_EQ(j["msg"], "real");
   EXPECT_EQ(j["level"], "info");
   EXPECT_EQ(j["component"], "prefill");

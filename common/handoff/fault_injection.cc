@@ -134,7 +134,8 @@ HandoffFaultPlan::HandoffFaultPlan(HandoffFault kind, int target_data_chunk, int
 
 void HandoffFaultPlan::Log(const internal::v1::KvChunk& chunk) const {
   const char* what = chunk.has_data() ? "data chunk" : chunk.has_commit() ? "commit" : "chunk";
-  log::Warn(absl::StrFormat("kv hand-off fault injection: %s at %s seq %u of request %s (hand-off #%llu of this process)",
+  log::Warn(absl::StrFormat("kv hand-off fault injection: %s at %s seq %u of request %s "
+                            "(hand-off #%llu of this process)",
                             HandoffFaultName(kind_), what, chunk.seq(), request_id_,
                             static_cast<unsigned long long>(number_)),
             {{"worker_request_id", request_id_}}, log::TextPrefix::None());

@@ -87,8 +87,8 @@ class NcclPeer {
   void Run() {
     auto comm = NcclComm::Connect(unique_id_, /*rank=*/1, options_.device, absl::Now() + options_.init_timeout, &stop_);
     if (comm.ok()) {
-      log::Info(absl::StrCat("kv hand-off: NCCL communicator ", comm_id_, " from ", sender_id_, " joined on CUDA device ",
-                             options_.device),
+      log::Info(absl::StrCat("kv hand-off: NCCL communicator ", comm_id_, " from ", sender_id_,
+                             " joined on CUDA device ", options_.device),
                 {}, log::TextPrefix::None());
       ReceiveLoop(**comm);
       comm->reset();  // aborts it: after a failure a receive may be unmatched

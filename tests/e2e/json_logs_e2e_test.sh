@@ -3,8 +3,8 @@
 # (the decode worker through PDSERVE_LOG_FORMAT) and then pdserve-local log
 # JSON only. Checked with jq: every stderr line is an object with ts (RFC
 # 3339, ms, UTC), level, component and msg; the router's request line
-# carries the request id the client saw (the response's and the
-# x-request-id trailer), the traceparent the client sent, the token counts,
+# carries the request id the client saw (the response's, and the
+# x-request-id header and trailer), the traceparent the client sent, the token counts,
 # timings, workers, attempts, status and finish reason; each worker's
 # request line carries the same request id and traceparent, and the
 # worker-level id the router logged. A router-assigned id and a refused
@@ -54,21 +54,24 @@ PIDS+=($!)
 wait_serving router.log
 
 # generate ARGS...: the client's stderr summary line ("finish_reason=...
-# request_id=... x_request_id=... usage=...") in $WORK/client.err.
+# request_id=... x_request_id=... x_request_id_trailer=... usage=...") in
+# $WORK/client.err; field NAME reads one value of it.
 generate() { "$PY" "$CLIENT" --router "127.0.0.1:$R" --prompt-ids 1,2,3,4,5,6 --max-new-tokens 5 "$@" \
   >/dev/null 2>"$WORK/client.err"; }
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$WORK/client.err"; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$WORK/client.err"; }
 
 generate --request-id cmpl-e2e42 --traceparent "$TP" || fail "generate with a request id failed"
 [ "$(field request_id)" = cmpl-e2e42 ] || fail "response request_id: $(cat "$WORK/client.err")"
-[ "$(field x_request_id)" = cmpl-e2e42 ] || fail "x-request-id trailer: $(cat "$WORK/client.err")"
+[ "$(field x_request_id)" = cmpl-e2e42 ] && [ "$(field x_request_id_trailer)" = cmpl-e2e42 ] ||
+  fail "x-request-id metadata: $(cat "$WORK/client.err")"
 generate || fail "generate without a request id failed"
 ASSIGNED=$(field request_id)
-[ -n "$ASSIGNED" ] && [ "$(field x_request_id)" = "$ASSIGNED" ] || fail "assigned id: $(cat "$WORK/client.err")"
+[ -n "$ASSIGNED" ] && [ "$(field x_request_id)" = "$ASSIGNED" ] && [ "$(field x_request_id_trailer)" = "$ASSIGNED" ] ||
+  fail "assigned id: $(cat "$WORK/client.err")"
 generate --request-id cmpl-badtp --traceparent 00-zz-nothex-01 || fail "generate with a bad traceparent failed"
 "$PY" "$CLIENT" --router "127.0.0.1:$R" --prompt-ids 1,99999 --request-id cmpl-refused 2>/dev/null >/dev/null &&
   fail "an out-of-vocabulary prompt was served"
-ok "the client saw request ids cmpl-e2e42 and $ASSIGNED (response and x-request-id trailer)"
+ok "the client saw request ids cmpl-e2e42 and $ASSIGNED (response, x-request-id header and trailer)"
 
 for p in "${PIDS[@]}"; do kill -TERM "$p"; done
 for p in "${PIDS[@]}"; do wait "$p" || fail "a server exited $? on SIGTERM"; done

@@ -6,7 +6,8 @@ Generates the Python stubs of proto/pdserve/v1/generate.proto at run time
 pdserve.v1.Generator/Generate, concatenates the streamed token ids and prints
 them as {"token_ids": [...]} on stdout, the same format as pdserve-generate.
 The finish reason, request id (the response's, and the router's
-x-request-id trailing metadata) and usage go to stderr on one line.
+x-request-id initial and trailing metadata) and usage go to stderr on one
+line.
 
 Needs Debian's python3-grpcio and python3-protobuf, which live under
 /usr/bin/python3 (not a pyenv python); run under another interpreter, the
@@ -184,7 +185,8 @@ def generate(grpc, pb2, pb2_grpc, args):
                 last = resp
         except grpc.RpcError as e:
             die(f"{e.code().name}: {e.details()}", code=1)
-        header_id = dict(call.trailing_metadata() or ()).get("x-request-id", "")
+        header_id = dict(call.initial_metadata() or ()).get("x-request-id", "")
+        trailer_id = dict(call.trailing_metadata() or ()).get("x-request-id", "")
 
     print(json.dumps({"token_ids": token_ids}, separators=(",", ":")), flush=True)
     if last is None or last.finish_reason == pb2.FINISH_REASON_UNSPECIFIED:
@@ -194,7 +196,8 @@ def generate(grpc, pb2, pb2_grpc, args):
     if last is not None and last.HasField("usage"):
         usage = {f.name: getattr(last.usage, f.name) for f in last.usage.DESCRIPTOR.fields}
     print(f"finish_reason={finish.removeprefix('FINISH_REASON_').lower()} "
-          f"request_id={last.request_id if last is not None else ''} x_request_id={header_id} usage={json.dumps(usage, separators=(',', ':'))}",
+          f"request_id={last.request_id if last is not None else ''} x_request_id={header_id} "
+          f"x_request_id_trailer={trailer_id} usage={json.dumps(usage, separators=(',', ':'))}",
           file=sys.stderr)
     return 0
 
