@@ -30,6 +30,13 @@ rc=0
 [ "$rc" = 2 ] || fail "--log-format xml: exit $rc, not 2"
 grep -q "log-format must be text or json" "$WORK/bad.err" || fail "--log-format xml: $(cat "$WORK/bad.err")"
 ok "--log-format xml exits 2: $(cat "$WORK/bad.err")"
+# After the flags, even a fatal error is a JSON line.
+rc=0
+"$BUILD/router/pdserve-router" --log-format json --model /nonexistent-model --prefill x:1 --decode x:2 \
+  2>"$WORK/die.err" || rc=$?
+[ "$rc" = 1 ] && jq -e '.level == "error" and .component == "router" and (.msg | contains("/nonexistent-model"))' \
+  "$WORK/die.err" >/dev/null || fail "a fatal error under json (exit $rc): $(cat "$WORK/die.err")"
+ok "a fatal error is a JSON line: $(cat "$WORK/die.err")"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
 BASE=$((30000 + $$ % 10000))
