@@ -36,7 +36,9 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
         prompt_len_(request.prompt_len()),
         local_prefill_(request.prefill_locally()),
         start_ns_(NowNs()) {}
-  ~DecodeReactor() override { LogRequest(); }
+  ~DecodeReactor() override {
+    if (log::RequestLines()) LogRequest();
+  }
 
   // Closes the stream with `status`; the first status ends the request's line.
   void End(const grpc::Status& status, const std::string& trailer_key = "", const std::string& trailer_value = "") {

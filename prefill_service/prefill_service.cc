@@ -202,7 +202,7 @@ void PrefillService::ExecutorLoop() {
     }
     RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
     AddFailedSideMetadata(st, job.context);
-    LogRequest(job, st);
+    if (log::RequestLines()) LogRequest(job, st);
     job.reactor->Finish(ToGrpcStatus(st));
   }
 }

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/net/log_flags.h"
 #include "common/util/log.h"
 
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
@@ -17,7 +18,6 @@ ABSL_FLAG(int, max_queued_requests, 4096,
           "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_inflight_per_client, 0,
           "Requests one client address may have queued or in flight; more get RESOURCE_EXHAUSTED (0 = no limit).");
-ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
 
 namespace pdserve {
 namespace {

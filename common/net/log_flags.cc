@@ -13,6 +13,8 @@
 ABSL_FLAG(std::string, log_format, "text",
           "Log lines on stderr: text (\"PROGRAM: message\") or json (one object per line: ts, level, component, "
           "msg, request_id, ...).");
+ABSL_FLAG(bool, log_requests, true,
+          "Print one line per finished request on stderr (the router's and each worker's).");
 
 namespace pdserve {
 namespace {
@@ -34,6 +36,7 @@ void InitServerLogging(const char* component) {
   absl::StatusOr<log::Format> format = log::ParseFormat(absl::GetFlag(FLAGS_log_format));
   if (!format.ok()) Die(format.status(), 2);
   log::Configure(*format, component);
+  log::SetRequestLines(absl::GetFlag(FLAGS_log_requests));
   if (*format == log::Format::kJson) gpr_set_log_function(GrpcLogToPdserveLog);
 }
 

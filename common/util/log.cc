@@ -20,6 +20,7 @@ struct Settings {
   std::string program = "pdserve";
   std::string component = "pdserve";
   Format format = Format::kText;
+  bool request_lines = true;
 };
 Settings& TheSettings() {
   static Settings* s = new Settings;  // never destroyed: lines may come during exit
@@ -124,6 +125,9 @@ void Configure(Format format, std::string component) {
 }
 
 Format CurrentFormat() { return TheSettings().format; }
+
+void SetRequestLines(bool on) { TheSettings().request_lines = on; }
+bool RequestLines() { return TheSettings().request_lines; }
 
 void Log(Level level, absl::string_view msg, const Fields& fields, TextPrefix prefix) {
   spdlog::logger& logger = TheLogger();

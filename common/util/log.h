@@ -12,6 +12,7 @@
 //   Level, Format, ParseFormat   the levels and formats
 //   Field, Fields                structured fields (string, integer, double, bool)
 //   Configure, CurrentFormat     the process's format, program and component
+//   SetRequestLines, RequestLines  whether request lines are written
 //   Log, Info, Warn, Error       write one line (thread-safe)
 //   Millis                       a duration field's value
 //   FormatJsonLine, FormatTextLine  the pure formatters (for tests)
@@ -68,6 +69,10 @@ void SetProgram(std::string program);
 // at startup, before other threads log.
 void Configure(Format format, std::string component);
 Format CurrentFormat();
+// Whether the servers write one line per request (--log-requests; on by
+// default).
+void SetRequestLines(bool on);
+bool RequestLines();
 
 // Where a text line's prefix comes from: the program (default), none (the
 // message names its own subject, e.g. "kv hand-off to ...: ..."), or the

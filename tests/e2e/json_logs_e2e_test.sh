@@ -8,8 +8,9 @@
 # timings, workers, attempts, status and finish reason; each worker's
 # request line carries the same request id and traceparent, and the
 # worker-level id the router logged. A router-assigned id and a refused
-# request are logged too; an invalid traceparent is not passed on; an
-# invalid --log-format exits 2.
+# request are logged too; an invalid traceparent is not passed on;
+# --log-requests=false silences every request line; an invalid --log-format
+# exits 2 and a fatal error after the flags is a JSON line.
 # Usage: json_logs_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -139,4 +140,13 @@ all_json local.log local
 [ "$(request_line local.log cmpl-local7 | jq -s 'map(select(.traceparent == "'"$TP"'")) | length')" = 3 ] ||
   fail "local.log: not 3 request lines (router, prefill, decode) with the traceparent: $(request_line local.log cmpl-local7)"
 ok "pdserve-local: router, prefill and decode request lines of cmpl-local7"
+
+# --log-requests=false: no request line from any of the three.
+start_local_stack "$WORK/m" "$L" --metrics-port -1 --log-format json --log-requests=false
+generate_local --request-id cmpl-quiet || fail "pdserve-local --log-requests=false: generate failed"
+stop_local_stack
+all_json local.log local
+[ -z "$(jq -c 'select(.msg == "request")' "$WORK/local.log")" ] ||
+  fail "--log-requests=false still logs: $(jq -c 'select(.msg == "request")' "$WORK/local.log")"
+ok "--log-requests=false: no request lines"
 echo "PASS"
