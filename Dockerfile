@@ -33,7 +33,7 @@ RUN apt-get update -qq \
       libopenblas0-openmp \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libgtest-dev \
-      nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev \
+      nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libspdlog-dev \
  && rm -rf /var/lib/apt/lists/*
 
 FROM build-deps AS build

@@ -1,10 +1,13 @@
 #include "decode_service/decode_service.h"
 
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/handoff/grpc_kv_receiver.h"
 #include "common/net/grpc_status.h"
 #include "common/net/queued_writer.h"
+#include "common/net/request_tags.h"
 #include "common/net/sampling_validation.h"
+#include "common/util/clock.h"
 
 namespace pdserve {
 namespace {
@@ -22,10 +25,26 @@ pdserve::v1::FinishReason ToProto(FinishReason finish) {
 
 // The Decode stream: the scheduler's TokenSink on one side, a QueuedWriter
 // on the other. When the router goes away, the sequence this stream
-// admitted (and only that one) is dropped.
+// admitted (and only that one) is dropped. Its request line is logged when
+// the last reference goes (common/net/request_tags.h).
 class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSink {
  public:
-  explicit DecodeReactor(BatchScheduler* scheduler) : scheduler_(scheduler) {}
+  DecodeReactor(BatchScheduler* scheduler, RequestTags tags, const internal::v1::DecodeRequest& request)
+      : scheduler_(scheduler),
+        tags_(std::move(tags)),
+        worker_request_id_(request.request_id()),
+        prompt_len_(request.prompt_len()),
+        local_prefill_(request.prefill_locally()),
+        start_ns_(NowNs()) {}
+  ~DecodeReactor() override {
+    if (log::RequestLines()) LogRequest();
+  }
+
+  // Closes the stream with `status`; the first status ends the request's line.
+  void End(const grpc::Status& status, const std::string& trailer_key = "", const std::string& trailer_value = "") {
+    Ended(status);
+    Close(status, trailer_key, trailer_value);
+  }
 
   // After a successful Admit. A stream that already went has its request
   // cancelled here.
@@ -54,6 +73,11 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
 
   void OnTokens(const std::vector<uint32_t>& ids, FinishReason finish) override {
     AnnounceAdmission();
+    {
+      absl::MutexLock lock(&mu_);
+      generated_ += static_cast<int64_t>(ids.size());
+      if (finish != FinishReason::kNone) finish_ = finish;
+    }
     DecodeResponse r;
     for (uint32_t id : ids) r.add_token_ids(id);
     r.set_finish_reason(ToProto(finish));
@@ -61,12 +85,12 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
       CancelAdmission();
       return;
     }
-    if (finish != FinishReason::kNone) Close(grpc::Status::OK);
+    if (finish != FinishReason::kNone) End(grpc::Status::OK);
   }
 
   void OnError(const absl::Status& status) override {
     const std::string side = FailedSide(status);
-    Close(ToGrpcStatus(status), side.empty() ? "" : kFailedSideKey, side);
+    End(ToGrpcStatus(status), side.empty() ? "" : kFailedSideKey, side);
   }
 
  private:
@@ -75,7 +99,30 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
       absl::MutexLock lock(&mu_);
       gone_ = true;
     }
+    Ended(grpc::Status(grpc::StatusCode::CANCELLED, "the router went away"));
     CancelAdmission();
+  }
+
+  // Records the request's status and end time, once.
+  void Ended(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (end_ns_ != 0) return;
+    status_ = status;
+    end_ns_ = NowNs();
+  }
+
+  void LogRequest() {
+    absl::MutexLock lock(&mu_);
+    const int64_t e2e_ns = (end_ns_ != 0 ? end_ns_ : NowNs()) - start_ns_;
+    const char* finish = finish_ == FinishReason::kLength ? "length" : finish_ == FinishReason::kEos ? "eos" : "";
+    LogWorkerRequest(tags_, worker_request_id_, end_ns_ != 0 ? status_ : grpc::Status::CANCELLED,
+                     absl::StrFormat("prompt %d%s, generated %d, e2e %.1f ms", prompt_len_,
+                                     local_prefill_ ? " (prefilled here)" : "", generated_, e2e_ns * 1e-6),
+                     {{"prompt_tokens", prompt_len_},
+                      {"generated_tokens", generated_},
+                      {"e2e_ms", log::Millis(e2e_ns)},
+                      {"local_prefill", local_prefill_},
+                      {"finish_reason", finish}});
   }
 
   void CancelAdmission() {
@@ -89,7 +136,16 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
   }
 
   BatchScheduler* scheduler_;
+  const RequestTags tags_;
+  const std::string worker_request_id_;
+  const int64_t prompt_len_;
+  const bool local_prefill_;
+  const int64_t start_ns_;
   absl::Mutex mu_;
+  int64_t generated_ ABSL_GUARDED_BY(mu_) = 0;
+  FinishReason finish_ ABSL_GUARDED_BY(mu_) = FinishReason::kNone;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  int64_t end_ns_ ABSL_GUARDED_BY(mu_) = 0;  // when the request ended (Ended)
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   // Orders `admitted` before the first token (never held by gRPC callbacks).
   absl::Mutex announce_mu_;
@@ -102,7 +158,8 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackServerContext* context,
                                                                 const internal::v1::DecodeRequest* request) {
-  auto reactor = QueuedWriter<DecodeResponse>::Create<DecodeReactor>(scheduler_);
+  auto reactor =
+      QueuedWriter<DecodeResponse>::Create<DecodeReactor>(scheduler_, RequestTags::FromMetadata(*context), *request);
   reactor->BindContext(context);
   AdmitRequest admit;
   admit.request_id = request->request_id();
@@ -112,19 +169,19 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(grpc::CallbackSe
   if (request->prefill_locally()) {
     admit.local_prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
     if (admit.local_prompt.empty()) {
-      reactor->Close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prefill_locally without prompt_token_ids"));
+      reactor->End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "prefill_locally without prompt_token_ids"));
       return reactor.get();
     }
     absl::Status valid = ValidateSampling(request->sampling(), "sampling");
     if (!valid.ok()) {
-      reactor->Close(ToGrpcStatus(valid));
+      reactor->End(ToGrpcStatus(valid));
       return reactor.get();
     }
     admit.sampling = SamplingFromProto(request->sampling());
   }
   absl::StatusOr<RequestHandle> handle = scheduler_->Admit(admit, reactor);
   if (!handle.ok()) {
-    reactor->Close(ToGrpcStatus(handle.status()));
+    reactor->End(ToGrpcStatus(handle.status()));
   } else {
     reactor->SetAdmission(std::move(*handle));
     reactor->AnnounceAdmission();

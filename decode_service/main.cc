@@ -11,8 +11,10 @@
 #include "common/handoff/kv_transfer.h"
 #include "common/handoff/nccl_kv_receiver.h"
 #include "common/net/grpc_security.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
+#include "common/util/log.h"
 #include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_flags.h"
@@ -41,8 +43,7 @@ std::unique_ptr<pdserve::NcclKvReceiver> MakeReceiver() {
   }
   if (*transport != pdserve::KvTransport::kNccl) return nullptr;
   if (!pdserve::NcclTransportBuilt()) {
-    std::fprintf(stderr, "%s: --kv-transport nccl: this binary was built without NCCL; the KV hand-off uses gRPC\n",
-                 kProgram);
+    pdserve::log::Info("--kv-transport nccl: this binary was built without NCCL; the KV hand-off uses gRPC");
   }
   return pdserve::MakeNcclKvReceiver();
 }
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
                    "A pdserve decode worker.\n"
                    "Usage: pdserve-decode --model DIR [--listen 0.0.0.0:50052] [--kv-dtype f32|bf16]\n"
                    "       [--kv-budget-mb MB] [--max-batch N] [--threads N] [--kv-transport grpc|nccl]");
+  pdserve::InitServerLogging("decode");
   auto options = pdserve::DecodeOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
   auto security_flags = pdserve::InternalSecurityFromFlags();  // TLS needs --tls-ca: mTLS only

@@ -18,13 +18,16 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/grpc_security.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
 #include "common/net/server.h"
+#include "common/util/log.h"
 #include "common/util/omp_env.h"
 #include "decode_service/batch_scheduler.h"
 #include "decode_service/decode_flags.h"
@@ -193,7 +196,7 @@ void ServeUntilSignal(pdserve::MetricsRegistry* metrics, const pdserve::ModelCon
   std::unique_ptr<pdserve::OpenAiHttpServer> http = StartHttp(config, metrics, router, std::move(security));
 
   const int sig = pdserve::WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, stopping\n", kProgram, sig);
+  pdserve::log::Info(absl::StrCat("signal ", sig, ", stopping"), {{"signal", sig}});
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
   router->server.server->Shutdown(deadline);
   http.reset();  // its streams ended with the router's calls
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
                    "Usage: pdserve-local --model DIR [--port 50051] [--http-listen 127.0.0.1:8000]\n"
                    "       [--kv-dtype f32|bf16]\n"
                    "Everything listens on loopback only (127.0.0.1) unless --http-listen says otherwise.");
+  pdserve::InitServerLogging("local");
   LocalOptions options = OptionsFromFlags(&metrics);  // before the model loads: a bad flag fails fast
   auto loaded = pdserve::LoadEngineFromFlags(options.decode.kv_budget_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
@@ -224,9 +228,11 @@ int main(int argc, char** argv) {
   PrefillWorker prefill = StartPrefillWorker(*loaded, options.transport, options.prefill, decode.server.address);
   Router router = StartRouter(*loaded, std::move(options.router), options.security, prefill.server.address,
                               decode.server.address);
-  std::fprintf(stderr, "%s: router on 127.0.0.1:%d%s (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops\n", kProgram,
-               router.server.port, options.security.tls() ? " (TLS)" : "", prefill.server.address.c_str(),
-               decode.server.address.c_str(), absl::GetFlag(FLAGS_kv_transport).c_str());
+  pdserve::log::Info(absl::StrFormat("router on 127.0.0.1:%d%s (prefill %s, decode %s, KV hand-off %s); Ctrl-C stops",
+                                     router.server.port, options.security.tls() ? " (TLS)" : "",
+                                     prefill.server.address, decode.server.address,
+                                     absl::GetFlag(FLAGS_kv_transport)),
+                     {{"port", router.server.port}});
   ServeUntilSignal(&metrics, &loaded->engine->config(), options.security, &router, &prefill, &decode);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/engine/engine_flags.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/net/grpc_security.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
                    "A pdserve prefill worker.\n"
                    "Usage: pdserve-prefill --model DIR [--listen 0.0.0.0:50053] [--kv-dtype f32|bf16]\n"
                    "       [--max-queue N] [--threads N] [--prefill-chunk N] [--kv-transport grpc|nccl]");
+  pdserve::InitServerLogging("prefill");
   auto options = pdserve::PrefillOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
   auto transport = pdserve::ParseKvTransport(absl::GetFlag(FLAGS_kv_transport));

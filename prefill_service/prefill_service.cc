@@ -6,7 +6,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/net/grpc_status.h"
+#include "common/net/request_tags.h"
 #include "common/net/sampling_validation.h"
 #include "common/util/clock.h"
 #include "common/util/status_macros.h"
@@ -134,7 +136,7 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
       refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                              absl::StrCat("prefill queue full (", queue_.size(), " prompts waiting)"));
     } else {
-      queue_.push_back(Job{context, request, response, reactor});
+      queue_.push_back(Job{context, request, response, reactor, NowNs()});
     }
   }
   FinishCancelled(cancelled);
@@ -200,8 +202,25 @@ void PrefillService::ExecutorLoop() {
     }
     RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
     AddFailedSideMetadata(st, job.context);
+    if (log::RequestLines()) LogRequest(job, st);
     job.reactor->Finish(ToGrpcStatus(st));
   }
+}
+
+void PrefillService::LogRequest(const Job& job, const absl::Status& status) const {
+  const internal::v1::PrefillRequest& req = *job.request;
+  const internal::v1::PrefillResponse& resp = *job.response;
+  const double ms = 1e-6;
+  const int64_t e2e_ns = NowNs() - job.enqueued_ns;
+  LogWorkerRequest(RequestTags::FromMetadata(*job.context), req.request_id(), ToGrpcStatus(status),
+                   absl::StrFormat("prompt %d, prefill %.1f ms, e2e %.1f ms, kv %d B -> %s", req.token_ids_size(),
+                                   resp.prefill_ns() * ms, e2e_ns * ms, resp.kv_handoff_bytes(), req.decode_address()),
+                   {{"prompt_tokens", req.token_ids_size()},
+                    {"prefill_ms", log::Millis(resp.prefill_ns())},
+                    {"e2e_ms", log::Millis(e2e_ns)},
+                    {"kv_handoff_bytes", resp.kv_handoff_bytes()},
+                    {"kv_handoff_ms", log::Millis(resp.kv_handoff_ns())},
+                    {"decode_worker", req.decode_address()}});
 }
 
 absl::Status PrefillService::Run(const Job& job) {

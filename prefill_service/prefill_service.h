@@ -65,6 +65,7 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
     const internal::v1::PrefillRequest* request;
     internal::v1::PrefillResponse* response;
     grpc::ServerUnaryReactor* reactor;
+    int64_t enqueued_ns = 0;
   };
 
   void ExecutorLoop();
@@ -76,6 +77,8 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   Counter* RequestsCounter(grpc::StatusCode code);
   // Prefill + hand-off of one prompt; fills the response.
   absl::Status Run(const Job& job);
+  // The job's request line (common/net/request_tags.h).
+  void LogRequest(const Job& job, const absl::Status& status) const;
 
   const Engine* engine_;
   KvSender* sender_;

@@ -1,13 +1,15 @@
 #include "router/generate_call.h"
 
-#include <cstdio>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/net/grpc_status.h"
 #include "common/util/clock.h"
+#include "common/util/log.h"
 #include "router/placement_attempt.h"
 #include "router/retry_policy.h"
 
@@ -30,9 +32,17 @@ RouterService::GenerateCall::GenerateCall(RouterService* service, grpc::Callback
       request_(std::move(request)),
       prompt_(std::move(prompt)),
       internal_id_(std::move(internal_id)),
+      tags_{MetadataSafeId(VisibleId()), RequestTags::FromMetadata(*context).traceparent},
       detok_(service->tokenizer_.get()),
       stops_({request_.sampling().stop().begin(), request_.sampling().stop().end()}),
-      start_ns_(NowNs()) {}
+      start_ns_(NowNs()) {
+  context->AddInitialMetadata(kRequestIdKey, tags_.request_id);
+  context->AddTrailingMetadata(kRequestIdKey, tags_.request_id);
+}
+
+std::string RouterService::GenerateCall::VisibleId() const {
+  return request_.request_id().empty() ? internal_id_ : request_.request_id().substr(0, 128);
+}
 
 std::shared_ptr<RouterService::GenerateCall> RouterService::GenerateCall::Self() {
   return std::static_pointer_cast<GenerateCall>(shared_from_this());
@@ -86,6 +96,7 @@ void RouterService::GenerateCall::NextAttempt() {
     return EndPlacement(best_, best_.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   }
   ++attempts_;
+  ++total_attempts_;
   const std::vector<std::string> decoders = service_->decode_->Candidates(tried_decode_);
   if (decoders.empty()) {
     return OnAttemptOver({grpc::Status(grpc::StatusCode::UNAVAILABLE, tried_decode_.empty()
@@ -95,7 +106,9 @@ void RouterService::GenerateCall::NextAttempt() {
   }
   const bool local = static_cast<int64_t>(prompt_.size()) <= service_->options_.local_prefill_max_tokens;
   // Holds itself until it has concluded (OnAttemptOver).
-  std::make_shared<PlacementAttempt>(Self(), decoders.front(), local)->Start();
+  auto attempt = std::make_shared<PlacementAttempt>(Self(), decoders.front(), local);
+  last_attempt_id_ = attempt->id();
+  attempt->Start();
 }
 
 void RouterService::GenerateCall::OnAttemptOver(AttemptOutcome outcome) {
@@ -129,7 +142,7 @@ void RouterService::GenerateCall::EndPlacement(grpc::Status status, bool full) {
 void RouterService::GenerateCall::End(const grpc::Status& status) {
   service_->queue_.Leave(ticket_);
   Close(status);  // a relayed finish already closed with OK; only the first counts
-  if (service_->options_.log_requests) Log(status);
+  if (service_->options_.log_requests) LogRequest(status);
   Record(status);
   service_->EndInflight();  // last: the service may go away after it
 }
@@ -264,24 +277,57 @@ void RouterService::GenerateCall::Record(const grpc::Status& st) const {
   if (generated_ > 1) service_->tpot_seconds_->Observe((e2e - ttft_ns_ * 1e-9) / (generated_ - 1));
 }
 
-// One access-log line per request on stderr. Client-chosen text (the
-// request id, error messages quoting it) is escaped and bounded, so it
+namespace {
+
+// "stop", "length", "eos"; "" before a finish.
+std::string FinishName(FinishReason finish) {
+  if (finish == pdserve::v1::FINISH_REASON_UNSPECIFIED) return "";
+  return absl::AsciiStrToLower(absl::StripPrefix(pdserve::v1::FinishReason_Name(finish), "FINISH_REASON_"));
+}
+
+}  // namespace
+
+// One access-log line per request on stderr: in text the line below, in
+// JSON its numbers as fields (docs/deploy.md, "Logs"). Client-chosen text
+// (the request id, error messages quoting it) is escaped and bounded, so it
 // cannot forge a line.
-void RouterService::GenerateCall::Log(const grpc::Status& st) const {
+void RouterService::GenerateCall::LogRequest(const grpc::Status& st) const {
   const double ms = 1e-6;
-  const std::string client_id = request_.request_id().empty()
-                                    ? ""
-                                    : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
-  std::fprintf(stderr, "%s\n",
-               absl::StrFormat("request %s%s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
-                               "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
-                               internal_id_, client_id, GrpcCodeName(st.error_code()), prompt_.size(), generated_,
-                               ttft_ns_ * ms, (NowNs() - start_ns_) * ms, usage_.kv_handoff_bytes(),
-                               usage_.kv_handoff_ns() * ms, usage_.kv_handoff_exposed_ns() * ms,
-                               usage_.prefill_worker().empty() ? "-" : usage_.prefill_worker(),
-                               usage_.decode_worker().empty() ? "-" : usage_.decode_worker(), st.ok() ? "" : ": ",
-                               absl::CHexEscape(st.error_message().substr(0, 512)))
-                   .c_str());
+  const int64_t e2e_ns = NowNs() - start_ns_;
+  const std::string prefill = usage_.prefill_worker().empty() ? "-" : usage_.prefill_worker();
+  const std::string decode = usage_.decode_worker().empty() ? "-" : usage_.decode_worker();
+  const std::string error = st.error_message().substr(0, 512);
+  if (log::CurrentFormat() == log::Format::kText) {
+    const std::string client_id = request_.request_id().empty()
+                                      ? ""
+                                      : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
+    log::Info(absl::StrFormat("request %s%s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
+                              "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
+                              internal_id_, client_id, GrpcCodeName(st.error_code()), prompt_.size(), generated_,
+                              ttft_ns_ * ms, e2e_ns * ms, usage_.kv_handoff_bytes(), usage_.kv_handoff_ns() * ms,
+                              usage_.kv_handoff_exposed_ns() * ms, prefill, decode, st.ok() ? "" : ": ",
+                              absl::CHexEscape(error)),
+              {}, log::TextPrefix::None());
+    return;
+  }
+  log::Fields f = {{"request_id", VisibleId()},
+                   {"internal_id", internal_id_},
+                   {"status", GrpcCodeName(st.error_code())},
+                   {"prompt_tokens", prompt_.size()},
+                   {"generated_tokens", generated_},
+                   {"ttft_ms", log::Millis(ttft_ns_)},
+                   {"e2e_ms", log::Millis(e2e_ns)},
+                   {"attempts", total_attempts_},
+                   {"prefill_worker", prefill},
+                   {"decode_worker", decode},
+                   {"kv_handoff_bytes", usage_.kv_handoff_bytes()},
+                   {"kv_handoff_ms", log::Millis(usage_.kv_handoff_ns())}};
+  if (generated_ > 1) f.emplace_back("tpot_ms", log::Millis((e2e_ns - ttft_ns_) / (generated_ - 1)));
+  if (finish_ != pdserve::v1::FINISH_REASON_UNSPECIFIED) f.emplace_back("finish_reason", FinishName(finish_));
+  if (!last_attempt_id_.empty()) f.emplace_back("worker_request_id", last_attempt_id_);
+  if (!tags_.traceparent.empty()) f.emplace_back("traceparent", tags_.traceparent);
+  if (!st.ok()) f.emplace_back("error", error);
+  log::Info("request", f);
 }
 
 }  // namespace pdserve

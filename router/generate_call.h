@@ -8,6 +8,9 @@
 //                (the attempt says which worker to avoid), or every worker
 //                was full: back to the queue with its place (Requeue);
 //   End          closes the stream, logs, counts, leaves the queue.
+// The client-visible request id (the request's, or the internal id when it
+// has none) goes back in the x-request-id initial and trailing metadata,
+// and, with the client's traceparent, to the workers (RequestTags).
 // The relay (incremental detokenization, stop strings, usage on the last
 // message) is RelayMessage, called by the attempt for each decode message.
 // A client that goes away (cancel, deadline, broken stream) cancels the
@@ -23,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/net/queued_writer.h"
+#include "common/net/request_tags.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "common/tokenizer/stop_matcher.h"
 #include "pdserve/internal/v1/worker.pb.h"
@@ -52,11 +56,15 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
 
   // Takes the admission ticket and starts waiting for a turn.
   void Start(AdmissionQueue::Ticket ticket);
+  // The request line (a request refused before the queue has one too).
+  void LogRequest(const grpc::Status& st) const;
 
   // --- for PlacementAttempt ---
   RouterService* service() const { return service_; }
   const std::vector<uint32_t>& prompt() const { return prompt_; }
   const pdserve::v1::GenerateRequest& request() const { return request_; }
+  // What the worker calls carry in their metadata.
+  const RequestTags& tags() const { return tags_; }
   pdserve::v1::Usage* usage() { return &usage_; }
   std::vector<std::string>* tried_decode() { return &tried_decode_; }
   std::vector<std::string>* tried_prefill() { return &tried_prefill_; }
@@ -94,13 +102,15 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // finish_ as the completions counter's label (abort when unset).
   const char* FinishReasonLabel() const;
   void Record(const grpc::Status& st) const;
-  void Log(const grpc::Status& st) const;
+  // The client-visible request id (bounded).
+  std::string VisibleId() const;
 
   RouterService* const service_;
   const std::chrono::system_clock::time_point deadline_;
   const pdserve::v1::GenerateRequest request_;
   const std::vector<uint32_t> prompt_;
   const std::string internal_id_;
+  const RequestTags tags_;
   IncrementalDetokenizer detok_;
   StopMatcher stops_;
   const int64_t start_ns_;
@@ -115,7 +125,10 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   pdserve::v1::Usage usage_;
   grpc::Status last_full_;  // why the last placement found no room
   std::vector<std::string> tried_decode_, tried_prefill_;
-  int attempts_ = 0;
+  int attempts_ = 0;        // in this round of placements
+  int total_attempts_ = 0;  // in all rounds
+  std::string last_attempt_id_;  // the workers' request id of the last attempt
+  pdserve::v1::FinishReason finish_ = pdserve::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status best_;
   int best_rank_ = -1;
 

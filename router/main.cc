@@ -9,9 +9,11 @@
 #include "absl/strings/str_split.h"
 #include "common/cli/cli_util.h"
 #include "common/net/grpc_security.h"
+#include "common/net/log_flags.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
 #include "common/net/server.h"
+#include "common/util/log.h"
 #include "router/openai_http.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
@@ -62,7 +64,7 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
   const absl::Duration wait = absl::Seconds(absl::GetFlag(FLAGS_wait_for_workers_s));
   for (pdserve::WorkerPool* pool : {prefill, decode}) {
     absl::Status st = pool->WaitForHealthy(1, wait);
-    if (!st.ok()) std::fprintf(stderr, "%s: warning: %s\n", kProgram, std::string(st.message()).c_str());
+    if (!st.ok()) pdserve::log::Warn(st.message());
   }
 }
 
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
                    "Usage: pdserve-router --model DIR --prefill HOST:PORT[,...] --decode HOST:PORT[,...]\n"
                    "       [--listen 0.0.0.0:50051] [--http-listen 0.0.0.0:8000]\n"
                    "       [--prefill-dns NAME:PORT --decode-dns NAME:PORT]");
+  pdserve::InitServerLogging("router");
   auto options = pdserve::RouterOptionsFromFlags();
   if (!options.ok()) pdserve::Die(options.status(), 2);
   // With TLS the router needs --tls-ca too: it dials its workers with mTLS.

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/util/log.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "router/openai_protocol.h"
 
@@ -309,8 +310,9 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> ServeOpenAiHttp(const std::str
   const bool tls = options.security.tls();
   auto server = OpenAiHttpServer::Start(std::move(options));
   if (!server.ok()) return server.status();
-  std::fprintf(stderr, "%s: http on port %d (%s%s:%d)\n", program.c_str(), (*server)->port(), tls ? "https " : "",
-               host.c_str(), (*server)->port());
+  // "http on port N" is parsed by the tests (tests/e2e/openai_http_e2e_test.sh).
+  log::Info(absl::StrCat("http on port ", (*server)->port(), " (", tls ? "https " : "", host, ":", (*server)->port(), ")"),
+            {{"http_port", (*server)->port()}}, log::TextPrefix::Named(program));
   return server;
 }
 

@@ -44,6 +44,7 @@ void RouterService::PlacementAttempt::Start() {
     calls_open_ = 1;
   } else {
     call_->SetDeadline(&dctx_);
+    call_->tags().AddTo(&dctx_);
     dreq_ = MakeDecodeRequest();
     dstub_ = internal::v1::DecodeWorker::NewStub(service_->decode_->Channel(d_));
     dstub_->async()->Decode(&dctx_, &dreq_, this);
@@ -81,6 +82,7 @@ void RouterService::PlacementAttempt::StartPrefill() {
   }
   p_ = prefillers.front();
   call_->SetDeadline(&pctx_);
+  call_->tags().AddTo(&pctx_);
   preq_.set_request_id(rid_);
   preq_.mutable_token_ids()->Assign(call_->prompt().begin(), call_->prompt().end());
   *preq_.mutable_sampling() = call_->request().sampling();

@@ -42,6 +42,8 @@ class RouterService::PlacementAttempt final : public grpc::ClientReadReactor<int
 
   // Starts the Decode call; the attempt holds itself until it concludes.
   void Start();
+  // The request id the workers know this attempt by.
+  const std::string& id() const { return rid_; }
   // Cancels the worker calls (thread-safe, takes no lock of ours).
   void Cancel();
 

@@ -4,6 +4,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/net/log_flags.h"
+#include "common/util/log.h"
 
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int, max_attempts, 3, "Placement attempts per request before UNAVAILABLE.");
@@ -16,7 +18,6 @@ ABSL_FLAG(int, max_queued_requests, 4096,
           "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_inflight_per_client, 0,
           "Requests one client address may have queued or in flight; more get RESOURCE_EXHAUSTED (0 = no limit).");
-ABSL_FLAG(bool, log_requests, true, "Print one line per finished request on stderr.");
 
 namespace pdserve {
 namespace {
@@ -54,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeServingTokenizer(const ModelConfi
   auto tokenizer = MakeTokenizer(config, model_dir);
   if (absl::IsUnimplemented(tokenizer.status()) || absl::IsNotFound(tokenizer.status())) {
     const std::string reason(tokenizer.status().message());
-    std::fprintf(stderr, "%s: warning: %s; serving token_ids prompts only\n", program.c_str(), reason.c_str());
+    log::Warn(absl::StrCat(reason, "; serving token_ids prompts only"), {}, log::TextPrefix::Named(program));
     return MakeIdsOnlyTokenizer(config.vocab_size, reason);
   }
   return tokenizer;

@@ -1,8 +1,8 @@
 // The router's component flags, defined once and linked into pdserve-router
 // and pdserve-local (one default each):
 //   --max-new-tokens-cap, --max-attempts, --local-prefill-max-tokens,
-//   --max-inflight, --max-queued-requests, --max-inflight-per-client,
-//   --log-requests
+//   --max-inflight, --max-queued-requests, --max-inflight-per-client
+// (and reads --log-requests, common/net/log_flags.h)
 // Per-process flags (--listen, the worker addresses, --metrics-*,
 // --drain-timeout-s) stay in each binary's main.cc.
 //

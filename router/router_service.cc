@@ -93,6 +93,7 @@ grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::Callba
   if (!ticket.ok()) {
     RequestsCounter(static_cast<grpc::StatusCode>(ticket.status().code()))->Increment();
     call->Close(ToGrpcStatus(ticket.status()));
+    if (options_.log_requests) call->LogRequest(ToGrpcStatus(ticket.status()));
     EndInflight();
     return call.get();
   }

@@ -11,10 +11,12 @@ PKGS=(
   libabsl-dev libgtest-dev
   nlohmann-json3-dev
   libcpp-httplib-dev    # the /metrics HTTP server (compiled build: links libcpp-httplib.so)
+  libspdlog-dev         # the log lines (common/util/log.cc; header-only with libfmt-dev: no runtime library)
   libpcre2-dev          # the BPE pre-tokenizer regex (Unicode classes, lookahead)
   clang libclang-rt-dev # libFuzzer + ASan/UBSan for scripts/fuzz.sh (tests/fuzz/)
   python3 python3-numpy python3-matplotlib
   python3-grpcio python3-protobuf   # tests/e2e/python_client.py (with protobuf-compiler-grpc)
+  jq                    # tests/e2e/json_logs_e2e_test.sh reads the JSON log lines
   buildah debootstrap   # tests/k8s/image_build_test.sh builds the image daemonless (no Docker engine)
   iproute2              # tests/k8s/dns_discovery_test.sh (a private network namespace)
 )

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/util/log.h"
 
 #ifndef PDSERVE_VERSION
 #define PDSERVE_VERSION "unknown"
@@ -86,6 +87,7 @@ void InitCli(int argc, char** argv, const char* usage) {
   std::string prog = argv[0];
   if (auto slash = prog.rfind('/'); slash != std::string::npos) prog = prog.substr(slash + 1);
   g_program = prog;
+  log::SetProgram(prog);
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig usage_config;
   // --help lists the flags defined in the tool's own main.cc (servers) or
@@ -134,7 +136,7 @@ void InitCli(int argc, char** argv, const char* usage) {
 }
 
 void Die(const std::string& message, int code) {
-  std::fprintf(stderr, "%s: error: %s\n", g_program.c_str(), message.c_str());
+  log::Error(message);  // "NAME: error: MESSAGE" in text (InitCli set NAME)
   std::exit(code);
 }
 

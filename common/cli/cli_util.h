@@ -17,7 +17,8 @@ namespace pdserve {
 // arguments. Exits 2 with one line on a bad flag.
 void InitCli(int argc, char** argv, const char* usage);
 
-// Prints "NAME: error: MESSAGE" on stderr and exits with `code`.
+// Logs MESSAGE as an error ("NAME: error: MESSAGE" in text; a JSON line
+// under --log-format json) and exits with `code`.
 [[noreturn]] void Die(const std::string& message, int code = 1);
 [[noreturn]] void Die(const absl::Status& status, int code = 1);
 

@@ -10,9 +10,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/engine/memory_estimate.h"
 #include "common/model/cache_layout.h"
 #include "common/util/cpu_features.h"
+#include "common/util/log.h"
 #include "common/util/omp_env.h"
 #include "common/util/status_macros.h"
 
@@ -34,7 +36,7 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   const MemoryEstimate estimate =
       EstimateMemory(*config, options.weights_dtype, options.kv_budget_bytes, options.prefill_chunk);
   ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
-  std::fprintf(stderr, "pdserve: %s\n", DescribeMemory(estimate, limit).c_str());
+  log::Info(DescribeMemory(estimate, limit), {}, log::TextPrefix::Named("pdserve"));
   return CheckMemoryFits(estimate, limit);
 }
 
@@ -79,8 +81,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   lo.weights_dtype = options.weights_dtype;
   ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));
-  std::fprintf(stderr, "pdserve: %d threads, %s, ISA %s (%s)\n", at::get_num_threads(),
-               OmpWaitPolicySummary().c_str(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures()).c_str());
+  log::Info(absl::StrFormat("%d threads, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
+                            IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
+            {{"threads", at::get_num_threads()}}, log::TextPrefix::Named("pdserve"));
   return engine;
 }
 

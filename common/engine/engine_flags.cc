@@ -7,8 +7,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/fingerprint.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
@@ -72,8 +74,9 @@ absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes) {
   const int64_t tok = out.engine->Sample(logits, SamplingParams{}, 0);
   RETURN_IF_ERROR(out.engine->DecodeStep({seq.get()}, {tok}).status());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "loaded %s (%s, fingerprint %s) and warmed up in %.2f s\n", out.model_dir.c_str(),
-               out.engine->config().name.c_str(), out.fingerprint.c_str(), s);
+  log::Info(absl::StrFormat("loaded %s (%s, fingerprint %s) and warmed up in %.2f s", out.model_dir,
+                            out.engine->config().name, out.fingerprint, s),
+            {{"model_dir", out.model_dir}, {"fingerprint", out.fingerprint}, {"load_s", s}}, log::TextPrefix::None());
   return out;
 }
 

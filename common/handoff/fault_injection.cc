@@ -9,8 +9,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 
@@ -132,8 +134,11 @@ HandoffFaultPlan::HandoffFaultPlan(HandoffFault kind, int target_data_chunk, int
 
 void HandoffFaultPlan::Log(const internal::v1::KvChunk& chunk) const {
   const char* what = chunk.has_data() ? "data chunk" : chunk.has_commit() ? "commit" : "chunk";
-  std::fprintf(stderr, "kv hand-off fault injection: %s at %s seq %u of request %s (hand-off #%llu of this process)\n",
-               HandoffFaultName(kind_), what, chunk.seq(), request_id_.c_str(), static_cast<unsigned long long>(number_));
+  log::Warn(absl::StrFormat("kv hand-off fault injection: %s at %s seq %u of request %s "
+                            "(hand-off #%llu of this process)",
+                            HandoffFaultName(kind_), what, chunk.seq(), request_id_,
+                            static_cast<unsigned long long>(number_)),
+            {{"worker_request_id", request_id_}}, log::TextPrefix::None());
 }
 
 bool HandoffFaultPlan::Write(internal::v1::KvChunk& chunk, WriteFn write, const std::atomic<bool>* cancel) {

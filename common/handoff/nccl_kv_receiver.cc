@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/handoff/nccl_comm.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 namespace {
@@ -86,8 +87,9 @@ class NcclPeer {
   void Run() {
     auto comm = NcclComm::Connect(unique_id_, /*rank=*/1, options_.device, absl::Now() + options_.init_timeout, &stop_);
     if (comm.ok()) {
-      std::fprintf(stderr, "kv hand-off: NCCL communicator %s from %s joined on CUDA device %d\n", comm_id_.c_str(),
-                   sender_id_.c_str(), options_.device);
+      log::Info(absl::StrCat("kv hand-off: NCCL communicator ", comm_id_, " from ", sender_id_,
+                             " joined on CUDA device ", options_.device),
+                {}, log::TextPrefix::None());
       ReceiveLoop(**comm);
       comm->reset();  // aborts it: after a failure a receive may be unmatched
     } else {
@@ -138,7 +140,7 @@ class NcclPeer {
       if (first) failed_ = why;
     }
     if (!first) return;  // stopped from outside: the owner knows
-    std::fprintf(stderr, "kv hand-off: %s\n", std::string(why.message()).c_str());
+    log::Warn(absl::StrCat("kv hand-off: ", why.message()), {}, log::TextPrefix::None());
     on_failed_(this);
   }
 

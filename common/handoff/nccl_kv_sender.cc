@@ -14,6 +14,7 @@
 #include "common/handoff/grpc_send_session.h"
 #include "common/handoff/kv_transports.h"
 #include "common/handoff/nccl_comm.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -84,8 +85,9 @@ class NcclSendSession final : public GrpcSendSession {
   // communicator too: abort it.
   void OnStreamDone(const absl::Status& status) override {
     if (!status.ok() && pair_->comm == comm_) {
-      std::fprintf(stderr, "kv hand-off to %s: NCCL communicator %s dropped after a failed hand-off (%s)\n",
-                   address().c_str(), pair_->comm_id.c_str(), std::string(status.message()).c_str());
+      log::Warn(absl::StrCat("kv hand-off to ", address(), ": NCCL communicator ", pair_->comm_id,
+                             " dropped after a failed hand-off (", status.message(), ")"),
+                {}, log::TextPrefix::None());
       pair_->comm.reset();
       pair_->comm_id.clear();
     }
@@ -153,8 +155,9 @@ class NcclKvSender final : public KvSender {
     absl::Status st = Connect(pair, address, deadline);
     if (st.ok()) {
       pair.reason.clear();
-      std::fprintf(stderr, "kv hand-off to %s: NCCL communicator %s ready on CUDA device %d\n", address.c_str(),
-                   pair.comm_id.c_str(), kDevice);
+      log::Info(absl::StrCat("kv hand-off to ", address, ": NCCL communicator ", pair.comm_id, " ready on CUDA device ",
+                             kDevice),
+                {}, log::TextPrefix::None());
       return true;
     }
     // FailedPrecondition: a refusal that another try would not change.
@@ -165,8 +168,8 @@ class NcclKvSender final : public KvSender {
     }
     const std::string reason(st.message());
     if (reason != pair.reason) {
-      std::fprintf(stderr, "kv hand-off to %s: NCCL unavailable (%s); falling back to gRPC\n", address.c_str(),
-                   reason.c_str());
+      log::Warn(absl::StrCat("kv hand-off to ", address, ": NCCL unavailable (", reason, "); falling back to gRPC"), {},
+                log::TextPrefix::None());
       pair.reason = reason;
     }
     return false;

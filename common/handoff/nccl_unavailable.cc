@@ -6,6 +6,7 @@
 
 #include "common/handoff/kv_transports.h"
 #include "common/handoff/nccl_kv_receiver.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 namespace {
@@ -34,7 +35,8 @@ std::unique_ptr<NcclKvReceiver> MakeNcclKvReceiver(const NcclReceiverOptions& op
 bool NcclTransportBuilt() { return false; }
 
 std::unique_ptr<KvSender> MakeNcclKvSender(const ModelConfig& config, const KvSenderOptions& options) {
-  std::fprintf(stderr, "--kv-transport nccl: this binary was built without NCCL; the KV hand-off uses gRPC\n");
+  log::Warn("--kv-transport nccl: this binary was built without NCCL; the KV hand-off uses gRPC", {},
+            log::TextPrefix::None());
   return MakeGrpcKvSender(config, options);
 }
 

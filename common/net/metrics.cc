@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 namespace {
@@ -217,8 +218,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::strin
   auto server = MetricsHttpServer::Start(host, port, registry);
   if (server.ok()) {
     // "metrics on port N" is parsed by tests/e2e/serving_e2e_test.cc.
-    std::fprintf(stderr, "%s: metrics on port %d (%s:%d)\n", program.c_str(), (*server)->port(), host.c_str(),
-                 (*server)->port());
+    log::Info(absl::StrCat("metrics on port ", (*server)->port(), " (", host, ":", (*server)->port(), ")"),
+              {{"metrics_port", (*server)->port()}}, log::TextPrefix::Named(program));
   }
   return server;
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/net/metrics.h"
+#include "common/util/log.h"
 
 namespace pdserve {
 
@@ -114,8 +115,8 @@ absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::ve
                                       const MetricsRegistry* metrics, const FrontendStarter& start_frontend) {
   absl::StatusOr<StartedServer> server = StartServer(options.listen, services, options.credentials);
   if (!server.ok()) return server.status();
-  std::fprintf(stderr, "%s: serving on port %d%s\n", options.program.c_str(), server->port,
-               options.serving_note.c_str());
+  log::Info(absl::StrCat("serving on port ", server->port, options.serving_note), {{"port", server->port}},
+            log::TextPrefix::Named(options.program));
   auto metrics_server = ServeMetrics(options.metrics_host, options.metrics_port, metrics, options.program);
   if (!metrics_server.ok()) return metrics_server.status();
   absl::StatusOr<std::shared_ptr<void>> frontend = std::shared_ptr<void>();
@@ -123,7 +124,7 @@ absl::Status ServeUntilShutdownSignal(const ServeOptions& options, const std::ve
   if (!frontend.ok()) return frontend.status();
 
   const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "%s: signal %d, draining\n", options.program.c_str(), sig);
+  log::Info(absl::StrCat("signal ", sig, ", draining"), {{"signal", sig}}, log::TextPrefix::Named(options.program));
   server->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(options.drain_timeout));
   return absl::OkStatus();
 }

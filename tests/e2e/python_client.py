@@ -5,7 +5,9 @@ Generates the Python stubs of proto/pdserve/v1/generate.proto at run time
 (protoc + grpc_python_plugin from Debian's protobuf-compiler-grpc), calls
 pdserve.v1.Generator/Generate, concatenates the streamed token ids and prints
 them as {"token_ids": [...]} on stdout, the same format as pdserve-generate.
-The finish reason, request id and usage go to stderr on one line.
+The finish reason, request id (the response's, and the router's
+x-request-id initial and trailing metadata) and usage go to stderr on one
+line.
 
 Needs Debian's python3-grpcio and python3-protobuf, which live under
 /usr/bin/python3 (not a pyenv python); run under another interpreter, the
@@ -13,6 +15,7 @@ script re-executes itself with /usr/bin/python3.
 
   python_client.py --router 127.0.0.1:50051 --prompt-ids 1,2,3 --max-new-tokens 16 \
       [--temperature T --top-p P --top-k K --seed S] [--stop SEQ]... [--ignore-eos]
+      [--request-id ID] [--traceparent 00-<trace id>-<parent id>-01]
 
 Exit codes: 0 on success; 1 on an RPC error, printed as
 "python_client.py: error: CODE_NAME: message"; 2 on bad arguments or when
@@ -120,6 +123,7 @@ def main():
     ap.add_argument("--stop", action="append", default=[], help="a stop sequence; repeat for more")
     ap.add_argument("--ignore-eos", action="store_true")
     ap.add_argument("--request-id", default="", help="optional; the router assigns one when empty")
+    ap.add_argument("--traceparent", default="", help="W3C trace context, sent as `traceparent` metadata")
     ap.add_argument("--deadline-ms", type=int, default=0, help="deadline of the call; 0 = none")
     ap.add_argument("--proto-dir", default=DEFAULT_PROTO_DIR,
                     help="root of the .proto files (default: the repository's proto/)")
@@ -170,15 +174,19 @@ def generate(grpc, pb2, pb2_grpc, args):
 
     token_ids = []
     last = None
+    metadata = [("traceparent", args.traceparent)] if args.traceparent else None
     with grpc.insecure_channel(args.router) as channel:
         stub = pb2_grpc.GeneratorStub(channel)
         timeout = args.deadline_ms / 1000.0 if args.deadline_ms > 0 else None
+        call = stub.Generate(req, timeout=timeout, metadata=metadata)
         try:
-            for resp in stub.Generate(req, timeout=timeout):
+            for resp in call:
                 token_ids.extend(resp.token_ids)
                 last = resp
         except grpc.RpcError as e:
             die(f"{e.code().name}: {e.details()}", code=1)
+        header_id = dict(call.initial_metadata() or ()).get("x-request-id", "")
+        trailer_id = dict(call.trailing_metadata() or ()).get("x-request-id", "")
 
     print(json.dumps({"token_ids": token_ids}, separators=(",", ":")), flush=True)
     if last is None or last.finish_reason == pb2.FINISH_REASON_UNSPECIFIED:
@@ -188,7 +196,8 @@ def generate(grpc, pb2, pb2_grpc, args):
     if last is not None and last.HasField("usage"):
         usage = {f.name: getattr(last.usage, f.name) for f in last.usage.DESCRIPTOR.fields}
     print(f"finish_reason={finish.removeprefix('FINISH_REASON_').lower()} "
-          f"request_id={last.request_id if last is not None else ''} usage={json.dumps(usage, separators=(',', ':'))}",
+          f"request_id={last.request_id if last is not None else ''} x_request_id={header_id} "
+          f"x_request_id_trailer={trailer_id} usage={json.dumps(usage, separators=(',', ':'))}",
           file=sys.stderr)
     return 0
 
