@@ -128,7 +128,6 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   int attempts_ = 0;        // in this round of placements
   int total_attempts_ = 0;  // in all rounds
   std::string last_attempt_id_;  // the workers' request id of the last attempt
-  pdserve::v1::FinishReason finish_ = pdserve::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status best_;
   int best_rank_ = -1;
 
