@@ -78,12 +78,37 @@ void Print(const Shape& s, const char* dtype, int64_t M, const char* isa, const 
               ms.first->ms, ms.second->ms, ms.first->gbs, ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
 }
 
-int Main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
-  std::vector<int64_t> row_counts;
+constexpr char kUsage[] =
+    "pdserve-gemv-bench: the decode matrix-vector kernels alone, one thread, per ISA build, at the 502M\n"
+    "model's shapes; each call reads a different copy of the weights (512 MiB pool), so they come from DRAM.\n"
+    "Usage: pdserve-gemv-bench [ROUNDS (3, >= 1)] [ROWS (1,4: comma-separated rows of x, each 1..%d)]\n";
+
+// ROUNDS and ROWS from the command line; false (after the usage on
+// stderr) when either is malformed.
+bool ParseArgs(int argc, char** argv, int* rounds, std::vector<int64_t>* row_counts) {
+  char* end = nullptr;
+  *rounds = argc > 1 ? static_cast<int>(std::strtol(argv[1], &end, 10)) : 3;
+  if (argc > 1 && (*end != '\0' || *rounds < 1)) return false;
   for (const char* p = argc > 2 ? argv[2] : "1,4"; *p != '\0';) {
-    row_counts.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    const int64_t m = std::strtoll(p, &end, 10);
+    if (end == p || m < 1 || m > kGemvMaxRows) return false;
+    row_counts->push_back(m);
+    p = end;
     if (*p == ',') ++p;
+  }
+  return !row_counts->empty() && argc <= 3;
+}
+
+int Main(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::printf(kUsage, static_cast<int>(kGemvMaxRows));
+    return 0;
+  }
+  int rounds = 0;
+  std::vector<int64_t> row_counts;
+  if (!ParseArgs(argc, argv, &rounds, &row_counts)) {
+    std::fprintf(stderr, kUsage, static_cast<int>(kGemvMaxRows));
+    return 2;
   }
   const Shape shapes[] = {{"qkv [1536,768]", 1536, 768},
                           {"gate_up [3072,768]", 3072, 768},
