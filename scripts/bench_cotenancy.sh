@@ -15,10 +15,13 @@
 #   spinning (active) runs crawl on a loaded one: 29 minutes at load average 10-16)
 # Environment (defaults): MODEL (a 502M checkpoint, written to .cache/ once
 #   from configs/gpt-oss-lite-502m.json), WEIGHTS=bf16, CORES=0,1, ROUNDS=2,
-#   STEPS=48 (timed decode steps), PREFILL_LEN=256, TRIALS=3, CSV (a file).
+#   STEPS=48 (timed decode steps), PREFILL_LEN=256, TRIALS=3, CSV (a file),
+#   POLICIES="passive active" (each round runs them in this order; spin:N runs
+#   with GOMP_SPINCOUNT=N: idle threads spin N iterations, then sleep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
+POLICIES=${POLICIES:-passive active}
 WEIGHTS=${WEIGHTS:-bf16}; CORES=${CORES:-0,1}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-48}
 PREFILL_LEN=${PREFILL_LEN:-256}; TRIALS=${TRIALS:-3}
 MODEL=${MODEL:-.cache/cotenancy-502m}
@@ -58,21 +61,27 @@ pct() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f%%", 100 * a / b}'; }
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, pinned to $CORES"
 echo "model: $MODEL ($WEIGHTS weights); decode: step-bench B=1, $STEPS steps; prefill: ttft-bench $PREFILL_LEN tokens x $TRIALS"
 [ -n "${CSV:-}" ] && echo "round,policy,solo_decode,solo_prefill,dd_decode,pd_decode,pd_prefill" >"$CSV"
-printf "\n%5s %8s %12s %12s %18s %18s %18s\n" round policy "decode t/s" "prefill t/s" "decode+decode" \
+printf "\n%5s %11s %12s %12s %18s %18s %18s\n" round policy "decode t/s" "prefill t/s" "decode+decode" \
   "decode (+prefill)" "prefill (+decode)"
 for r in $(seq 1 "$ROUNDS"); do
-  for policy in passive active; do
-    if [ $policy = passive ]; then unset OMP_WAIT_POLICY; else export OMP_WAIT_POLICY=active; fi
-    sd=$(run_decode "$STEPS"); grep -q "OMP_WAIT_POLICY=$policy" "$TMP/fg.err" || { cat "$TMP/fg.err"; exit 1; }
+  for policy in $POLICIES; do
+    unset OMP_WAIT_POLICY GOMP_SPINCOUNT
+    case $policy in
+      passive) want="OMP_WAIT_POLICY=passive" ;;
+      active) export OMP_WAIT_POLICY=active; want="OMP_WAIT_POLICY=active" ;;
+      spin:[0-9]*) export GOMP_SPINCOUNT=${policy#spin:}; want="GOMP_SPINCOUNT=${policy#spin:}" ;;
+      *) echo "unknown policy $policy (passive, active or spin:N)" >&2; exit 2 ;;
+    esac
+    sd=$(run_decode "$STEPS"); grep -q "$want" "$TMP/fg.err" || { cat "$TMP/fg.err"; exit 1; }
     sp=$(run_prefill "$TRIALS")
     bg decode;  dd=$(run_decode "$STEPS"); stop_bg
     bg prefill; pdd=$(run_decode "$STEPS"); stop_bg
     bg decode;  pdp=$(run_prefill "$TRIALS"); stop_bg
-    printf "%5s %8s %12s %12s %18s %18s %18s\n" "$r" $policy "$sd" "$sp" "$dd ($(pct "$dd" "$sd"))" \
+    printf "%5s %11s %12s %12s %18s %18s %18s\n" "$r" $policy "$sd" "$sp" "$dd ($(pct "$dd" "$sd"))" \
       "$pdd ($(pct "$pdd" "$sd"))" "$pdp ($(pct "$pdp" "$sp"))"
     [ -n "${CSV:-}" ] && echo "$r,$policy,$sd,$sp,$dd,$pdd,$pdp" >>"$CSV"
   done
 done
-unset OMP_WAIT_POLICY
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT
 echo
 echo "percentages: of the solo throughput under the same policy (fair share 50%, target >= 40%)"
