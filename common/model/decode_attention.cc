@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/model/avx2_util.h"
 #include "common/util/cpu_features.h"
@@ -73,10 +71,11 @@ bool DecodeAttnIsaAvailable(DecodeAttnIsa isa) {
 }
 
 DecodeAttnIsa DecodeAttnDefaultIsa() {
+  // One knob for every kernel family: PDSERVE_ISA (cpu_features.h).
   static const DecodeAttnIsa isa = [] {
-    const char* env = std::getenv("PDSERVE_DECODE_ISA");
-    const bool force_avx2 = env != nullptr && std::strcmp(env, "avx2") == 0;
-    return !force_avx2 && DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512) ? DecodeAttnIsa::kAvx512
+    const absl::StatusOr<Isa> host = HostIsa();
+    const bool forced_avx2 = host.ok() && *host == Isa::kAvx2;
+    return !forced_avx2 && DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512) ? DecodeAttnIsa::kAvx512
                                                                           : DecodeAttnIsa::kAvx2;
   }();
   return isa;

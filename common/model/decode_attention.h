@@ -15,7 +15,7 @@
 // No ATen here: the caller passes raw pointers and runs the (sequence,
 // split) pairs in parallel. The kernels are compiled twice, for AVX2+FMA
 // (the baseline) and AVX-512F, and the widest the CPU has is chosen at run
-// time (PDSERVE_DECODE_ISA=avx2 forces the baseline).
+// time (PDSERVE_ISA=avx2 forces the baseline, as for the gemv kernels).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ enum class DecodeAttnIsa { kAvx2, kAvx512 };
 // True when the CPU (and OS) can run `isa`'s kernels.
 bool DecodeAttnIsaAvailable(DecodeAttnIsa isa);
 // The kernels the plain entry points run: the widest available, unless
-// PDSERVE_DECODE_ISA=avx2. Needs AVX2+FMA (GemvAvailable) at least.
+// PDSERVE_ISA=avx2 (cpu_features.h). Needs AVX2+FMA (GemvAvailable) at least.
 DecodeAttnIsa DecodeAttnDefaultIsa();
 const char* DecodeAttnIsaName(DecodeAttnIsa isa);
 
