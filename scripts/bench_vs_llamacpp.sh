@@ -18,13 +18,14 @@
 #                    scripts/pdserve_to_gguf.py; Q8_0 by llama-quantize), a load check
 #   run_round N      every row, llama.cpp then pdserve, appended to the CSV
 #   report           scripts/bench_vs_llamacpp_report.py: markdown table + PNG
-# Rows: decode batch 1 at depth 32 (F32, BF16), decode at depth 4096 and 32768 (BF16; QUICK=1
-# skips 32768), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
+# Rows: decode batch 1 at depth 32 (F32, BF16), decode at depth 4096 and 32768 (BF16; group
+# "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a).
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
 # depth 32768, which runs fa=on only) and the faster kept; the CSV keeps both.
 #
-# Environment: ROUNDS (2), QUICK (0), ROWS ("decode prefill int8": the groups to run),
+# Environment: ROUNDS (2), QUICK (0), ROWS (the groups to run: "decode deep prefill int8"; with
+# QUICK=1 "decode prefill int8"; deep = decode at depth 32768, ~10 min a round on a quiet machine),
 # THREADS (nproc; on a busy machine 1 avoids the spin-wait collapse of 2 OpenMP threads on 2 shared
 # cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (docs/bench/vs_llamacpp),
 # CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
@@ -36,7 +37,7 @@ CACHE=$ROOT/.cache/llama
 NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION:-3.22.1}  # ships llama.cpp de3ff815
 ROUNDS=${ROUNDS:-2}
 QUICK=${QUICK:-0}
-ROWS=${ROWS:-decode prefill int8}
+ROWS=${ROWS:-decode $([[ $QUICK == 1 ]] || echo "deep ")prefill int8}
 THREADS=${THREADS:-$(nproc)}
 OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/vs_llamacpp}
 CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
@@ -190,12 +191,14 @@ run_decode_rows() {
   done
   llama_bench "$r" decode_d4096_bf16 bf16 on,off -p 0 -n 32 -d 4096
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
-  if [[ $QUICK != 1 ]]; then
-    llama_bench "$r" decode_d32768_bf16 bf16 on -p 0 -n 32 -d 32768
-    pd_decode "$r" decode_d32768_bf16 bf16 32768 32
-  fi
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
+}
+
+# Depth 32768 (its own group: each side prefills 32768 tokens first).
+run_deep_rows() {
+  llama_bench "$1" decode_d32768_bf16 bf16 on -p 0 -n 32 -d 32768
+  pd_decode "$1" decode_d32768_bf16 bf16 32768 32
 }
 
 run_prefill_rows() {
@@ -257,7 +260,7 @@ main() {
   if [[ ${1:-} == -h || ${1:-} == --help ]]; then usage; exit 0; fi
   [[ $# -eq 0 ]] || { usage >&2; exit 2; }
   local g
-  for g in $ROWS; do [[ $g =~ ^(decode|prefill|int8)$ ]] || { echo "ROWS: unknown group '$g'" >&2; exit 2; }; done
+  for g in $ROWS; do [[ $g =~ ^(decode|deep|prefill|int8)$ ]] || { echo "ROWS: unknown group '$g'" >&2; exit 2; }; done
   fetch_llama
   log "building llama.cpp (CPU only, -j$LLAMA_JOBS)"
   build_llama
