@@ -791,7 +791,7 @@ void PrintProbes(const std::vector<Probe>& probes, const ProbeSums& sums, const 
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // keep partial output if the run is interrupted
   pdserve::InitCli(argc, argv,
                    "Batch-1 decode benchmark: cached vs no-cache parity, ms/token against position, tokens/s,\n"

@@ -48,7 +48,7 @@ double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, double elem
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
                    "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16|int8] [--batch-sizes 1,2,4,8,16,32]\n"

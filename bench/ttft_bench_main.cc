@@ -341,7 +341,7 @@ void WriteCsv(const std::string& csv, const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   pdserve::InitCli(
       argc, argv,

@@ -63,7 +63,7 @@ int RunJsonl(const pdserve::Engine& engine, pdserve::GenerateRequest base, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "Generates tokens in one process and prints {\"token_ids\": [...]}.\n"
                    "Usage: pdserve-generate --model DIR (--prompt-ids 1,2,3 | --prompts-jsonl FILE) --max-new-tokens N\n"

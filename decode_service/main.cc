@@ -66,7 +66,7 @@ void ServeUntilSignal(pdserve::DecodeService* service, pdserve::BatchScheduler* 
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,

@@ -210,7 +210,7 @@ void ServeUntilSignal(pdserve::MetricsRegistry* metrics, const pdserve::ModelCon
 }  // namespace
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;
   pdserve::InitCli(argc, argv,

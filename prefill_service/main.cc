@@ -30,7 +30,7 @@ ABSL_FLAG(std::string, metrics_host, "0.0.0.0",
 ABSL_FLAG(int, drain_timeout_s, 20, "On SIGTERM, seconds to let running prefills finish.");
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   constexpr char kProgram[] = "pdserve-prefill";
   pdserve::BlockShutdownSignals();
   pdserve::MetricsRegistry metrics;

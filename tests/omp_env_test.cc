@@ -1,5 +1,8 @@
-// The OpenMP wait-policy decision of the engine binaries (common/util/omp_env.h).
+// The OpenMP wait-policy and OpenBLAS core decisions of the engine binaries
+// (common/util/omp_env.h, common/util/blas_env.h).
 #include "common/util/omp_env.h"
+
+#include "common/util/blas_env.h"
 
 #include <map>
 #include <string>
@@ -36,7 +39,7 @@ TEST(OmpEnvTest, ReexecutedProcessNeverLoops) {
 }
 
 TEST(OmpEnvTest, SummaryNamesTheSource) {
-  // This test binary never calls ApplyOmpWaitPolicy: a set policy is the
+  // This test binary never calls ApplyLibraryEnv: a set policy is the
   // environment's.
   setenv("OMP_WAIT_POLICY", "active", 1);
   EXPECT_EQ(OmpWaitPolicySummary(), "OMP_WAIT_POLICY=active (environment)");
@@ -47,6 +50,56 @@ TEST(OmpEnvTest, SummaryNamesTheSource) {
   setenv(kOmpYieldEnv, "0", 1);
   EXPECT_EQ(OmpWaitPolicySummary(), "libgomp default (spin; PDSERVE_OMP_YIELD=0)");
   unsetenv(kOmpYieldEnv);
+}
+
+CpuFeatures Avx2Cpu() {
+  CpuFeatures f;
+  f.avx2 = f.fma = true;
+  return f;
+}
+
+CpuFeatures Avx512Cpu() {
+  CpuFeatures f = Avx2Cpu();
+  f.avx512f = f.avx512bw = f.avx512vl = true;
+  return f;
+}
+
+std::string DecideBlas(const std::string& current, const CpuFeatures& f,
+                       const std::map<std::string, std::string>& env = {}) {
+  return DecideOpenBlasCore(current, f, [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(OpenBlasCoreTest, NarrowFallbackIsRaisedToTheCpusVectors) {
+  // OpenBLAS 0.3.21 on a CPU model it does not know: SSE3 kernels.
+  EXPECT_EQ(DecideBlas("Prescott", Avx512Cpu()), "SkylakeX");
+  EXPECT_EQ(DecideBlas("Prescott", Avx2Cpu()), "Haswell");
+  EXPECT_EQ(DecideBlas("Sandybridge", Avx2Cpu()), "Haswell");  // AVX1 only
+  EXPECT_EQ(DecideBlas("Haswell", Avx512Cpu()), "SkylakeX");
+  EXPECT_EQ(DecideBlas("Zen", Avx512Cpu()), "SkylakeX");  // an AVX-512 Zen OpenBLAS calls Zen
+}
+
+TEST(OpenBlasCoreTest, AsWideAPickIsKept) {
+  EXPECT_EQ(DecideBlas("Cooperlake", Avx512Cpu()), "");
+  EXPECT_EQ(DecideBlas("SkylakeX", Avx512Cpu()), "");
+  EXPECT_EQ(DecideBlas("SAPPHIRERAPIDS", Avx512Cpu()), "");  // names compare without case
+  EXPECT_EQ(DecideBlas("Haswell", Avx2Cpu()), "");
+  EXPECT_EQ(DecideBlas("Zen", Avx2Cpu()), "");
+  EXPECT_EQ(DecideBlas("Prescott", CpuFeatures{}), "");  // nothing wider to give
+}
+
+TEST(OpenBlasCoreTest, UserSettingAndMissingOpenBlasKeep) {
+  EXPECT_EQ(DecideBlas("Prescott", Avx512Cpu(), {{"OPENBLAS_CORETYPE", "Prescott"}}), "");
+  EXPECT_EQ(DecideBlas("Prescott", Avx512Cpu(), {{"OPENBLAS_CORETYPE", ""}}), "");  // set, even empty
+  EXPECT_EQ(DecideBlas("", Avx512Cpu()), "");  // no OpenBLAS in the process
+}
+
+TEST(OpenBlasCoreTest, SummaryWithoutOpenBlas) {
+  // This test binary does not link OpenBLAS.
+  if (!OpenBlasCoreName().empty()) GTEST_SKIP() << "OpenBLAS is loaded here: " << OpenBlasCoreName();
+  EXPECT_EQ(OpenBlasSummary(), "no OpenBLAS");
 }
 
 }  // namespace

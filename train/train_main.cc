@@ -41,7 +41,7 @@ ABSL_FLAG(std::string, eval_lengths, "", "Comma-separated evaluation prompt leng
                                          "4x that.");
 
 int main(int argc, char** argv) {
-  pdserve::ApplyOmpWaitPolicy(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
+  pdserve::ApplyLibraryEnv(argv);  // before any thread: OpenMP threads yield (common/util/omp_env.h)
   pdserve::InitCli(argc, argv,
                    "Trains a GPT-OSS-Lite model on synthetic passkey retrieval (LibTorch autograd).\n"
                    "Usage: pdserve-train --config configs/passkey-4l.json --out DIR [--steps N --seed S "

@@ -15,6 +15,7 @@
 #include "common/model/cache_layout.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
+#include "common/util/blas_env.h"
 #include "common/util/omp_env.h"
 #include "common/util/status_macros.h"
 
@@ -81,8 +82,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   lo.weights_dtype = options.weights_dtype;
   ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));
-  log::Info(absl::StrFormat("%d threads, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
-                            IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
+  log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
+                            OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
             {{"threads", at::get_num_threads()}}, log::TextPrefix::Named("pdserve"));
   return engine;
 }

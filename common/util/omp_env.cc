@@ -8,11 +8,15 @@
 #include <cstring>
 #include <string>
 
+#include "common/util/blas_env.h"
+#include "common/util/cpu_features.h"
+
 namespace pdserve {
 namespace {
 
-// Whether this process was re-executed by ApplyOmpWaitPolicy (the marker is
-// removed then, so that children start from the user's environment).
+// Whether OMP_WAIT_POLICY was set by ApplyLibraryEnv's re-execution (the
+// markers are removed then, so that children start from the user's
+// environment).
 bool g_set_by_pdserve = false;
 
 bool IsSet(const char* v) { return v != nullptr && v[0] != '\0'; }
@@ -42,27 +46,44 @@ OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>&
   return OmpWaitAction::kSetPassive;
 }
 
-void ApplyOmpWaitPolicy(char** argv) {
-  if (IsSet(std::getenv(kOmpReexecEnv))) {
-    g_set_by_pdserve = true;
+void ApplyLibraryEnv(char** argv) {
+  const char* marker = std::getenv(kOmpReexecEnv);
+  if (IsSet(marker)) {  // the re-executed process: note what was set, clear the markers
+    g_set_by_pdserve = std::strcmp(marker, "omp") == 0;
+    const char* picked = std::getenv(kOpenBlasPickedEnv);
+    if (IsSet(picked)) NoteOpenBlasOverride(picked);
     unsetenv(kOmpReexecEnv);
+    unsetenv(kOpenBlasPickedEnv);
     return;
   }
-  if (DecideOmpWaitPolicy([](const char* name) { return std::getenv(name); }) != OmpWaitAction::kSetPassive) return;
+  const auto env = [](const char* name) { return std::getenv(name); };
+  const bool omp = DecideOmpWaitPolicy(env) == OmpWaitAction::kSetPassive;
+  const std::string picked = OpenBlasCoreName();
+  const std::string blas = DecideOpenBlasCore(picked, HostCpuFeatures(), env);
+  if (!omp && blas.empty()) return;
+  const std::string what = omp && !blas.empty() ? "OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=" + blas
+                           : omp               ? std::string("OMP_WAIT_POLICY=passive")
+                                               : "OPENBLAS_CORETYPE=" + blas;
   const std::string exe = SelfExe();
   if (exe.empty() || argv == nullptr || argv[0] == nullptr) {
-    std::fprintf(stderr, "pdserve: cannot re-execute to set OMP_WAIT_POLICY=passive (binary path unknown); "
-                         "OpenMP threads spin\n");
+    std::fprintf(stderr, "pdserve: cannot re-execute to set %s (binary path unknown); running without\n",
+                 what.c_str());
     return;
   }
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  setenv(kOmpReexecEnv, "1", 1);
+  if (omp) setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (!blas.empty()) {
+    setenv("OPENBLAS_CORETYPE", blas.c_str(), 1);
+    setenv(kOpenBlasPickedEnv, picked.c_str(), 1);
+  }
+  setenv(kOmpReexecEnv, omp ? "omp" : "blas", 1);
   execv(exe.c_str(), argv);
   const int err = errno;
-  unsetenv("OMP_WAIT_POLICY");
+  if (omp) unsetenv("OMP_WAIT_POLICY");
+  if (!blas.empty()) unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kOpenBlasPickedEnv);
   unsetenv(kOmpReexecEnv);
-  std::fprintf(stderr, "pdserve: re-executing %s to set OMP_WAIT_POLICY=passive failed (%s); OpenMP threads spin\n",
-               exe.c_str(), std::strerror(err));
+  std::fprintf(stderr, "pdserve: re-executing %s to set %s failed (%s); running without\n", exe.c_str(), what.c_str(),
+               std::strerror(err));
 }
 
 std::string OmpWaitPolicySummary() {

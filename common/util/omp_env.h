@@ -1,11 +1,14 @@
-// OpenMP's wait policy for the binaries that run the engine. libgomp reads
+// The environment of the math libraries, set before they load, for the
+// binaries that run the engine: OpenMP's wait policy (below) and OpenBLAS's
+// kernels (blas_env.h). libgomp reads
 // OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it loads (before main), and by
 // default its idle threads spin for a while before sleeping: two such
 // processes on the same cores then burn each other's time (decode fell 10x
 // next to another LibTorch process). So these binaries yield by default:
 //   DecideOmpWaitPolicy   the decision, from the environment (pure; tested)
-//   ApplyOmpWaitPolicy    first thing in main: sets OMP_WAIT_POLICY=passive
-//                         and re-executes the binary once when needed
+//   ApplyLibraryEnv       first thing in main: sets OMP_WAIT_POLICY=passive
+//                         and OPENBLAS_CORETYPE where needed, and then
+//                         re-executes the binary once
 //   OmpWaitPolicySummary  the policy in effect and who chose it, for logs
 // The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; PDSERVE_OMP_YIELD=0
 // keeps libgomp's default (spinning).
@@ -16,7 +19,8 @@
 
 namespace pdserve {
 
-// Set on the re-executed process (and removed by it): the loop guard.
+// Set on the re-executed process (and removed by it): the loop guard;
+// "omp" when OMP_WAIT_POLICY was set, "blas" when only OPENBLAS_CORETYPE.
 inline constexpr char kOmpReexecEnv[] = "PDSERVE_OMP_REEXEC";
 // "0" opts out of the passive default.
 inline constexpr char kOmpYieldEnv[] = "PDSERVE_OMP_YIELD";
@@ -32,11 +36,12 @@ enum class OmpWaitAction {
 OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>& getenv);
 
 // Call first in main (before any thread starts; argv as main got it, with
-// argv[argc] == nullptr). On kSetPassive sets OMP_WAIT_POLICY=passive and
-// execs the binary (its /proc/self/exe target, so the process name stays)
-// with the same argv and pid; does not return then. If exec fails it prints
-// one line on stderr, restores the environment and returns.
-void ApplyOmpWaitPolicy(char** argv);
+// argv[argc] == nullptr). On kSetPassive sets OMP_WAIT_POLICY=passive, and
+// where DecideOpenBlasCore says so OPENBLAS_CORETYPE; then execs the binary
+// (its /proc/self/exe target, so the process name stays) with the same argv
+// and pid, once; does not return then. If exec fails it prints one line on
+// stderr, restores the environment and returns.
+void ApplyLibraryEnv(char** argv);
 
 // E.g. "OMP_WAIT_POLICY=passive (pdserve default)", "OMP_WAIT_POLICY=active
 // (environment)", "libgomp default (spin; PDSERVE_OMP_YIELD=0)".

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The engine binaries as a user runs them: OpenMP threads yield by default
 # (OMP_WAIT_POLICY=passive, set by the binary re-executing itself, same pid
-# and process name), the user's setting and the opt-out win; a memory limit
+# and process name), the user's setting and the opt-out win; OpenBLAS runs
+# kernels as wide as the CPU (OPENBLAS_CORETYPE set the same way); a memory limit
 # the estimate exceeds, and a PDSERVE_ISA the CPU lacks, are one clear error
 # at start with exit status != 0.
 set -euo pipefail
@@ -12,7 +13,7 @@ SERVER=
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 GEN=$BUILD/clients/pdserve-generate
-unset OMP_WAIT_POLICY GOMP_SPINCOUNT PDSERVE_OMP_YIELD PDSERVE_ISA PDSERVE_MEMORY_LIMIT_BYTES OMP_NUM_THREADS
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT OPENBLAS_CORETYPE PDSERVE_OMP_YIELD PDSERVE_ISA PDSERVE_MEMORY_LIMIT_BYTES OMP_NUM_THREADS
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 3 --out "$TMP/m" >/dev/null 2>&1
 gen() { "$GEN" --model "$TMP/m" --prompt-ids 1,2,3 --max-new-tokens 4 "$@"; }
 # err_has PATTERN: the last gen's stderr (in $TMP/err) matches.
@@ -32,6 +33,20 @@ OMP_WAIT_POLICY=active gen >/dev/null 2>"$TMP/err"; err_has "OMP_WAIT_POLICY=act
 GOMP_SPINCOUNT=1000 gen >/dev/null 2>"$TMP/err"; err_has "GOMP_SPINCOUNT=1000 (environment)"
 PDSERVE_OMP_YIELD=0 gen >/dev/null 2>"$TMP/err"; err_has "libgomp default (spin; PDSERVE_OMP_YIELD=0)"
 [ "$(PDSERVE_OMP_YIELD=0 gen 2>/dev/null)" == "$same" ] || fail "tokens differ with spinning threads"
+
+echo "--- OpenBLAS runs kernels as wide as the CPU's vectors (0.3.21 falls back to SSE3 on models it does not know)"
+gen >/dev/null 2>"$TMP/err"
+core=$(grep -o 'OpenBLAS [A-Za-z0-9]*' "$TMP/err" | head -1 | cut -d' ' -f2)
+[ -n "$core" ] || fail "no OpenBLAS core in the log: $(cat "$TMP/err")"
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { [[ " $flags " == *" $1 "* ]]; }
+if has avx512f && has avx512bw && has avx512vl; then
+  [[ $core =~ ^(SkylakeX|Cooperlake|SapphireRapids)$ ]] || fail "AVX-512 CPU, OpenBLAS runs $core"
+elif has avx2 && has fma; then
+  [[ $core =~ ^(Haswell|Zen|SkylakeX|Cooperlake|SapphireRapids)$ ]] || fail "AVX2 CPU, OpenBLAS runs $core"
+fi
+echo "OpenBLAS core: $core ($(grep -o 'OpenBLAS [^,]*' "$TMP/err" | head -1))"
+OPENBLAS_CORETYPE=Haswell gen >/dev/null 2>"$TMP/err"; err_has "OpenBLAS Haswell (OPENBLAS_CORETYPE from the environment)"
 
 echo "--- a server: same pid and name after the re-exec, passive in its environment"
 "$BUILD/decode_service/pdserve-decode" --model "$TMP/m" --listen 127.0.0.1:0 --metrics-port -1 \
