@@ -2,7 +2,9 @@
 # This machine's practical fp32 GEMM peak: OpenBLAS sgemm (the system
 # libblas.so.3 that scripts/setup.sh installs) at 2048^3 with 1 and 2
 # threads. The compute ceiling for prefill and large-batch decode
-# (docs/benchmarks.md).
+# (docs/benchmarks.md). Runs OpenBLAS's own kernel pick and, where that is
+# narrower than the CPU's vectors, the OPENBLAS_CORETYPE the pdserve binaries
+# set (common/util/blas_env.h): the peak pdserve actually gets.
 set -euo pipefail
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -28,4 +30,16 @@ int main() {
 }
 CC
 g++ -O2 "$TMP/peak.cc" -o "$TMP/peak" -l:libblas.so.3 -l:libopenblas.so.0
-"$TMP/peak"
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { [[ " $flags " == *" $1 "* ]]; }
+want=""
+if has avx512f && has avx512bw && has avx512vl; then want=SkylakeX; elif has avx2 && has fma; then want=Haswell; fi
+own=$(unset OPENBLAS_CORETYPE; OPENBLAS_VERBOSE=2 "$TMP/peak" 2>&1)
+picked=$(sed -n 's/^Core: //p' <<<"$own" | head -1)
+echo "OpenBLAS's own kernel pick: $picked"
+grep -v '^Core: ' <<<"$own"
+case $picked in SkylakeX|Cooperlake|SapphireRapids) want="" ;; Haswell|Zen) [[ $want == Haswell ]] && want="" ;; esac
+if [[ -n $want ]]; then
+  echo "OPENBLAS_CORETYPE=$want (what the pdserve binaries set on this CPU):"
+  OPENBLAS_CORETYPE=$want "$TMP/peak"
+fi
