@@ -13,12 +13,15 @@
 #   - a decode worker whose certificate comes from another CA is never
 #     healthy: next to a good one it gets no request, alone its router
 #     answers UNAVAILABLE and logs the handshake failure;
+#   - pdserve-bench measures through the TLS router with the key, its CA
+#     read from a pipe (its PEM files are read once); a wrong key fails
+#     every request UNAUTHENTICATED;
 #   - pdserve-local serves its router port with TLS and the key the same way.
 # Usage: tls_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 e2e_init "$@"
-E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log local.log)
+E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log local.log bench.err)
 command -v openssl >/dev/null || { echo "SKIP: openssl not found"; exit 77; }
 PIDS=()
 _tls_cleanup() {
@@ -128,6 +131,22 @@ expect_error "no key" UNAUTHENTICATED "${CLI[@]}" --tls-ca "$C/ca.crt"
 expect_error "wrong key" UNAUTHENTICATED "${CLI[@]}" --tls-ca "$C/ca.crt" --api-key "not-$KEY"
 expect_error "plaintext client" UNAVAILABLE "${CLI[@]}" --api-key "$KEY"
 expect_error "client trusting another CA" UNAVAILABLE "${CLI[@]}" --tls-ca "$C/other-ca.crt" --api-key "$KEY"
+
+# pdserve-bench over TLS with the key. The CA comes through a pipe, which
+# can be read once: pdserve-bench reads its PEM files once for both
+# backends (a second read finds the pipe empty: "not a PEM file").
+BENCH=("$BUILD/bench/pdserve-bench" --router "$ROUTER" --num-prompts 2 --concurrency 1 --input-len 8
+       --output-len 4 --seed 1)
+env -u PDSERVE_API_KEY "${BENCH[@]}" --tls-ca <(cat "$C/ca.crt") --api-key "$KEY" >"$WORK/bench.out" \
+  2>"$WORK/bench.err" || fail "pdserve-bench with key and CA (from a pipe): $(cat "$WORK/bench.err")"
+grep -Eq "^Successful requests: +2$" "$WORK/bench.out" || fail "pdserve-bench over TLS: $(cat "$WORK/bench.out")"
+ok "pdserve-bench over TLS with the key, the CA read once from a pipe: 2 requests"
+rc=0
+env -u PDSERVE_API_KEY "${BENCH[@]}" --tls-ca "$C/ca.crt" --api-key "not-$KEY" >"$WORK/bench.out" \
+  2>"$WORK/bench.err" || rc=$?
+[ "$rc" = 1 ] && grep -Eq "^  UNAUTHENTICATED: +2$" "$WORK/bench.out" ||
+  fail "pdserve-bench with a wrong key: exit $rc, want 1 and 2 UNAUTHENTICATED: $(cat "$WORK/bench.out")"
+ok "pdserve-bench with a wrong key: every request UNAUTHENTICATED"
 
 # The rogue decode worker: never healthy, the reason logged.
 grep -q "$R unhealthy (health check: UNAVAILABLE.*certificate verify failed" "$WORK/router_rogue.log" ||
