@@ -76,11 +76,12 @@ start prefill "$BUILD/prefill_service/pdserve-prefill" --model "$WORK/m" "${MTLS
 start rogue "$BUILD/decode_service/pdserve-decode" --model "$WORK/m" "${ROGUE[@]}"
 D=127.0.0.1:$PORT_decode P=127.0.0.1:$PORT_prefill R=127.0.0.1:$PORT_rogue
 grep -q "mTLS" "$WORK/decode.log" || fail "the decode worker does not say mTLS"
-# One router with both decode workers, one with only the rogue one.
+# One router with both decode workers, one with only the rogue one (HTTP
+# on ports they pick: two cannot share the default 8000).
 start router "$BUILD/router/pdserve-router" --model "$WORK/m" "${MTLS[@]}" --api-key "$KEY" \
-  --prefill "$P" --decode "$D,$R" --wait-for-workers-s 20 --poll-interval-ms 200
+  --prefill "$P" --decode "$D,$R" --wait-for-workers-s 20 --poll-interval-ms 200 --http-listen 127.0.0.1:0
 start router_rogue "$BUILD/router/pdserve-router" --model "$WORK/m" "${MTLS[@]}" --api-key "$KEY" \
-  --prefill "$P" --decode "$R" --wait-for-workers-s 2 --poll-interval-ms 200
+  --prefill "$P" --decode "$R" --wait-for-workers-s 2 --poll-interval-ms 200 --http-listen 127.0.0.1:0
 ROUTER=127.0.0.1:$PORT_router ROUTER_ROGUE=127.0.0.1:$PORT_router_rogue
 
 # The workers' ports: mTLS only.
@@ -112,7 +113,7 @@ for i in 1 2 3 4; do  # several: each would reach the rogue worker if the router
   [ "$got" = "$want"$'\n'"$D" ] || fail "generate with key and CA: $got, want $want on $D"
 done
 ok "generate over TLS with the key: pdserve-generate's tokens (4 requests, none on the rogue worker)"
-got=$(PDSERVE_API_KEY=$KEY "${CLI[@]}" --tls-ca "$C/ca.crt" --json 2>"$WORK/cli.err" | ids | head -1) ||
+got=$(PDSERVE_API_KEY=$KEY "${CLI[@]}" --tls-ca "$C/ca.crt" --json 2>"$WORK/cli.err" | ids | sed -n 1p) ||
   fail "generate with PDSERVE_API_KEY: $(cat "$WORK/cli.err")"
 [ "$got" = "$want" ] || fail "generate with PDSERVE_API_KEY: $got"
 ok "PDSERVE_API_KEY works like --api-key"
@@ -162,7 +163,7 @@ start_local_stack "$WORK/m" "$LPORT" --tls-cert "$C/node.crt" --tls-key "$C/node
 grep -q "router on 127.0.0.1:$LPORT (TLS)" "$WORK/local.log" || fail "pdserve-local does not say TLS"
 LCLI=("$BUILD/clients/pdserve-cli" --router "127.0.0.1:$LPORT" --prompt-ids 72,101,108,108,111 --max-new-tokens 8
       --deadline-ms 20000)
-got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | head -1) ||
+got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | sed -n 1p) ||
   fail "pdserve-local with key and CA: $(cat "$WORK/cli.err")"
 [ "$got" = "$want" ] || fail "pdserve-local with key and CA: $got, want $want"
 ok "pdserve-local over TLS with the key: pdserve-generate's tokens"
