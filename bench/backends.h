@@ -22,7 +22,7 @@ struct BackendOptions {
   std::string base_url;  // openai: http://host:port (a trailing /v1 is allowed)
   std::string model;     // openai: the model field; "" = the first of GET /v1/models
   std::string api_key;   // "" = none; a bearer token on HTTP, authorization metadata on gRPC
-  ChannelSecurity grpc_security;  // grpc: TLS (--tls-ca); its api_key is not used (api_key above is)
+  ChannelSecurity grpc_security;  // grpc: TLS (ChannelSecurityFor the flags); api_key above is the metadata
   double deadline_s = 0;  // openai: the read timeout (no bytes for this long fails); 0 = an hour
 };
 

@@ -387,12 +387,12 @@ RunConfig ParseRunConfig() {
   c.backend.model = absl::GetFlag(FLAGS_model);
   c.backend.deadline_s = opt.deadline_s;
   c.target = c.backend.name == "grpc" ? c.router : c.backend.base_url;
+  // The flags and their PEM files, read once for both backends: the HTTP
+  // key, and the gRPC channel's TLS (--tls-ca; the key goes as metadata).
   absl::StatusOr<pdserve::SecurityOptions> security = pdserve::SecurityOptionsFromFlags();
   if (!security.ok()) Die(security.status(), 2);
   c.backend.api_key = security->api_key;
-  absl::StatusOr<pdserve::ChannelSecurity> grpc_security = pdserve::ClientSecurityFromFlags();  // --tls-ca
-  if (!grpc_security.ok()) Die(grpc_security.status(), 2);
-  c.backend.grpc_security = *std::move(grpc_security);
+  c.backend.grpc_security = pdserve::ChannelSecurityFor(*security);
   c.concurrency = absl::GetFlag(FLAGS_concurrency);
   c.request_rate = absl::GetFlag(FLAGS_request_rate);
   c.warmup = absl::GetFlag(FLAGS_warmup);

@@ -35,6 +35,7 @@
 #include "prefill_service/prefill_flags.h"
 #include "prefill_service/prefill_service.h"
 #include "router/openai_http.h"
+#include "router/router_http.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -168,17 +169,9 @@ Router StartRouter(const pdserve::LoadedEngine& loaded, pdserve::RouterOptions o
 std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig* config,
                                                      pdserve::MetricsRegistry* metrics, Router* router,
                                                      pdserve::SecurityOptions security) {
-  pdserve::OpenAiHttpOptions o;
-  o.program = kProgram;
-  o.config = config;
+  pdserve::OpenAiHttpOptions o = pdserve::RouterHttpOptions(kProgram, config, router->prefill_pool.get(),
+                                                             router->decode_pool.get(), metrics, std::move(security));
   o.channel = router->server.server->InProcessChannel(pdserve::DefaultChannelArguments());
-  o.health = [router]() -> absl::Status {
-    if (router->prefill_pool->Candidates().empty()) return absl::UnavailableError("the prefill worker is not healthy");
-    if (router->decode_pool->Candidates().empty()) return absl::UnavailableError("the decode worker is not healthy");
-    return absl::OkStatus();
-  };
-  o.metrics = metrics;
-  o.security = std::move(security);
   auto http = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(o));
   if (!http.ok()) pdserve::Die(http.status());
   return *std::move(http);

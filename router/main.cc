@@ -15,6 +15,7 @@
 #include "common/net/server.h"
 #include "common/util/log.h"
 #include "router/openai_http.h"
+#include "router/router_http.h"
 #include "router/router_flags.h"
 #include "router/router_service.h"
 #include "router/worker_pool.h"
@@ -66,13 +67,6 @@ void StartPools(pdserve::WorkerPool* prefill, pdserve::WorkerPool* decode) {
     absl::Status st = pool->WaitForHealthy(1, wait);
     if (!st.ok()) pdserve::log::Warn(st.message());
   }
-}
-
-// /health: a prefill and a decode worker answer their health checks.
-absl::Status WorkersHealthy(const pdserve::WorkerPool* prefill, const pdserve::WorkerPool* decode) {
-  if (prefill->Candidates().empty()) return absl::UnavailableError("no healthy prefill worker");
-  if (decode->Candidates().empty()) return absl::UnavailableError("no healthy decode worker");
-  return absl::OkStatus();
 }
 
 // Serves `service` (and --http-listen on its in-process channel) until
@@ -132,12 +126,7 @@ int main(int argc, char** argv) {
   pdserve::WorkerPool decode(pdserve::WorkerKind::kDecode, dpo);
   StartPools(&prefill, &decode);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, *std::move(options));
-  pdserve::OpenAiHttpOptions http;
-  http.program = kProgram;
-  http.config = &*config;
-  http.health = [&prefill, &decode] { return WorkersHealthy(&prefill, &decode); };
-  http.metrics = &metrics;
-  http.security = security;
-  ServeUntilSignal(&service, &metrics, std::move(http));
+  ServeUntilSignal(&service, &metrics,
+                   pdserve::RouterHttpOptions(kProgram, &*config, &prefill, &decode, &metrics, security));
   return 0;
 }

@@ -51,7 +51,9 @@ ChannelSecurity ChannelSecurityFor(const SecurityOptions& options);
 // ChannelSecurityFor with the API key (a client of the public Generator).
 ChannelSecurity ClientChannelSecurity(const SecurityOptions& options);
 // ClientChannelSecurity of the flags (--tls-ca, --api-key, ...): a client
-// binary's channel to the router.
+// binary's channel to the router. A client that needs the SecurityOptions
+// for more than this channel (pdserve-bench: the HTTP key too) reads them
+// once with SecurityOptionsFromFlags and calls the functions above.
 absl::StatusOr<ChannelSecurity> ClientSecurityFromFlags();
 
 // OK when `api_key` is empty or the call carries `authorization: Bearer

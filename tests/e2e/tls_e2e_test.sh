@@ -13,12 +13,15 @@
 #   - a decode worker whose certificate comes from another CA is never
 #     healthy: next to a good one it gets no request, alone its router
 #     answers UNAVAILABLE and logs the handshake failure;
+#   - pdserve-bench measures through the TLS router with the key, its CA
+#     read from a pipe (its PEM files are read once); a wrong key fails
+#     every request UNAUTHENTICATED;
 #   - pdserve-local serves its router port with TLS and the key the same way.
 # Usage: tls_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 e2e_init "$@"
-E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log local.log)
+E2E_LOGS=(router.log router_rogue.log decode.log prefill.log rogue.log local.log bench.err)
 command -v openssl >/dev/null || { echo "SKIP: openssl not found"; exit 77; }
 PIDS=()
 _tls_cleanup() {
@@ -73,11 +76,12 @@ start prefill "$BUILD/prefill_service/pdserve-prefill" --model "$WORK/m" "${MTLS
 start rogue "$BUILD/decode_service/pdserve-decode" --model "$WORK/m" "${ROGUE[@]}"
 D=127.0.0.1:$PORT_decode P=127.0.0.1:$PORT_prefill R=127.0.0.1:$PORT_rogue
 grep -q "mTLS" "$WORK/decode.log" || fail "the decode worker does not say mTLS"
-# One router with both decode workers, one with only the rogue one.
+# One router with both decode workers, one with only the rogue one (HTTP
+# on ports they pick: two cannot share the default 8000).
 start router "$BUILD/router/pdserve-router" --model "$WORK/m" "${MTLS[@]}" --api-key "$KEY" \
-  --prefill "$P" --decode "$D,$R" --wait-for-workers-s 20 --poll-interval-ms 200
+  --prefill "$P" --decode "$D,$R" --wait-for-workers-s 20 --poll-interval-ms 200 --http-listen 127.0.0.1:0
 start router_rogue "$BUILD/router/pdserve-router" --model "$WORK/m" "${MTLS[@]}" --api-key "$KEY" \
-  --prefill "$P" --decode "$R" --wait-for-workers-s 2 --poll-interval-ms 200
+  --prefill "$P" --decode "$R" --wait-for-workers-s 2 --poll-interval-ms 200 --http-listen 127.0.0.1:0
 ROUTER=127.0.0.1:$PORT_router ROUTER_ROGUE=127.0.0.1:$PORT_router_rogue
 
 # The workers' ports: mTLS only.
@@ -109,7 +113,7 @@ for i in 1 2 3 4; do  # several: each would reach the rogue worker if the router
   [ "$got" = "$want"$'\n'"$D" ] || fail "generate with key and CA: $got, want $want on $D"
 done
 ok "generate over TLS with the key: pdserve-generate's tokens (4 requests, none on the rogue worker)"
-got=$(PDSERVE_API_KEY=$KEY "${CLI[@]}" --tls-ca "$C/ca.crt" --json 2>"$WORK/cli.err" | ids | head -1) ||
+got=$(PDSERVE_API_KEY=$KEY "${CLI[@]}" --tls-ca "$C/ca.crt" --json 2>"$WORK/cli.err" | ids | sed -n 1p) ||
   fail "generate with PDSERVE_API_KEY: $(cat "$WORK/cli.err")"
 [ "$got" = "$want" ] || fail "generate with PDSERVE_API_KEY: $got"
 ok "PDSERVE_API_KEY works like --api-key"
@@ -129,6 +133,22 @@ expect_error "wrong key" UNAUTHENTICATED "${CLI[@]}" --tls-ca "$C/ca.crt" --api-
 expect_error "plaintext client" UNAVAILABLE "${CLI[@]}" --api-key "$KEY"
 expect_error "client trusting another CA" UNAVAILABLE "${CLI[@]}" --tls-ca "$C/other-ca.crt" --api-key "$KEY"
 
+# pdserve-bench over TLS with the key. The CA comes through a pipe, which
+# can be read once: pdserve-bench reads its PEM files once for both
+# backends (a second read finds the pipe empty: "not a PEM file").
+BENCH=("$BUILD/bench/pdserve-bench" --router "$ROUTER" --num-prompts 2 --concurrency 1 --input-len 8
+       --output-len 4 --seed 1)
+env -u PDSERVE_API_KEY "${BENCH[@]}" --tls-ca <(cat "$C/ca.crt") --api-key "$KEY" >"$WORK/bench.out" \
+  2>"$WORK/bench.err" || fail "pdserve-bench with key and CA (from a pipe): $(cat "$WORK/bench.err")"
+grep -Eq "^Successful requests: +2$" "$WORK/bench.out" || fail "pdserve-bench over TLS: $(cat "$WORK/bench.out")"
+ok "pdserve-bench over TLS with the key, the CA read once from a pipe: 2 requests"
+rc=0
+env -u PDSERVE_API_KEY "${BENCH[@]}" --tls-ca "$C/ca.crt" --api-key "not-$KEY" >"$WORK/bench.out" \
+  2>"$WORK/bench.err" || rc=$?
+[ "$rc" = 1 ] && grep -Eq "^  UNAUTHENTICATED: +2$" "$WORK/bench.out" ||
+  fail "pdserve-bench with a wrong key: exit $rc, want 1 and 2 UNAUTHENTICATED: $(cat "$WORK/bench.out")"
+ok "pdserve-bench with a wrong key: every request UNAUTHENTICATED"
+
 # The rogue decode worker: never healthy, the reason logged.
 grep -q "$R unhealthy (health check: UNAVAILABLE.*certificate verify failed" "$WORK/router_rogue.log" ||
   fail "the router with only the rogue decode worker did not log the failed handshake"
@@ -143,7 +163,7 @@ start_local_stack "$WORK/m" "$LPORT" --tls-cert "$C/node.crt" --tls-key "$C/node
 grep -q "router on 127.0.0.1:$LPORT (TLS)" "$WORK/local.log" || fail "pdserve-local does not say TLS"
 LCLI=("$BUILD/clients/pdserve-cli" --router "127.0.0.1:$LPORT" --prompt-ids 72,101,108,108,111 --max-new-tokens 8
       --deadline-ms 20000)
-got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | head -1) ||
+got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | sed -n 1p) ||
   fail "pdserve-local with key and CA: $(cat "$WORK/cli.err")"
 [ "$got" = "$want" ] || fail "pdserve-local with key and CA: $got, want $want"
 ok "pdserve-local over TLS with the key: pdserve-generate's tokens"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # (a) Every kustomization under k8s/ renders with `kubectl kustomize`: each
 # overlay, each component on the cpu overlay, all components on each
-# overlay, and each job; and each serving rendering has the objects that
-# docs/deploy.md promises.
+# overlay, each job, and each job with the overlay it is made for; and each
+# serving rendering has the objects that docs/deploy.md promises (the
+# passkey Job for the tls overlay: the CA and the key).
 # Usage: kustomize_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -65,6 +66,19 @@ for o in cpu gpu; do
 done
 has job-passkey "$WORK/render/job-passkey.yaml" "Job pdserve-passkey"
 has job-passkey "$WORK/render/job-passkey.yaml" "PersistentVolumeClaim pdserve-passkey-results"
+# The passkey Job for the tls overlay: the CA (only ca.crt of pdserve-tls)
+# and the key from pdserve-api-key; the plain one has neither.
+j=$WORK/render/job-passkey-tls.yaml
+has job-passkey-tls "$j" "Job pdserve-passkey"
+for want in "- name: PDSERVE_TLS_CA" "value: /etc/pdserve/tls/ca.crt" "secretName: pdserve-tls" "- key: ca.crt" \
+            "- name: PDSERVE_API_KEY" "name: pdserve-api-key"; do
+  grep -q -- "$want" "$j" || fail "job-passkey-tls: no '$want'"
+done
+grep -q -- "key: tls.key" "$j" && fail "job-passkey-tls mounts the private key (it needs ca.crt only)"
+grep -Eq "PDSERVE_TLS_|PDSERVE_API_KEY|pdserve-tls" "$WORK/render/job-passkey.yaml" && fail "job-passkey sets TLS"
+for pair in tls+job-passkey-tls cpu+job-passkey; do
+  [ -s "$WORK/render/$pair.yaml" ] || fail "no rendering $pair (a job with its overlay)"
+done
 has cpu+router-loadbalancer "$WORK/render/cpu+router-loadbalancer.yaml" "Service pdserve-router-public"
 # The CPU HPAs stay the default (cpu, gpu); KEDA replaces them in its overlay.
 for name in overlay-cpu overlay-gpu; do

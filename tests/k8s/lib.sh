@@ -53,13 +53,18 @@ need_node_tools() {
 #                       and none when the overlay has a scaler already;
 #                       components the overlay uses already are left out
 #   job-NAME            each k8s/jobs/NAME
+#   OVERLAY+job-NAME    each job with the serving overlay it is made for
+#                       (k8s/overlays/OVERLAY for a job NAME ending in
+#                       -OVERLAY, passkey-tls: tls; cpu for the others), so
+#                       the rules across objects see both (a client Job
+#                       speaks its router's TLS and API key)
 #   file-NAME           plain manifests beside the job kustomizations
 # A rendering whose name has "gpu" in it goes to gpu.list.
 # Components that take the replica counts from the base's CPU HPAs (each
 # deletes them): at most one in a rendering.
 SCALING_COMPONENTS="manual-scaling keda"
 render_all() {
-  local out=$WORK/render k8s=$SRC/k8s d name comp rel
+  local out=$WORK/render k8s=$SRC/k8s d name comp rel on o
   mkdir -p "$out"
   : >"$out/cpu.list"
   : >"$out/gpu.list"
@@ -88,6 +93,15 @@ render_all() {
     } >"$dir/kustomization.yaml"
     _render "$name" "$dir"
   }
+  # A job with its overlay, in one rendering.
+  _with_job() {  # OVERLAY JOB
+    local dir=$out/k-$1+job-$2
+    mkdir -p "$dir"
+    rel=$(realpath --relative-to="$dir" "$k8s")
+    printf '%s\n' "apiVersion: kustomize.config.k8s.io/v1beta1" "kind: Kustomization" "resources:" \
+      "  - $rel/overlays/$1" "  - $rel/jobs/$2" >"$dir/kustomization.yaml"
+    _render "$1+job-$2" "$dir"
+  }
   # Every component the overlay does not use yet, with each scaler in turn.
   _combine_all() {  # OVERLAY
     local used rest=() scalers=() c s
@@ -114,6 +128,9 @@ render_all() {
     [ -f "$d/kustomization.yaml" ] || continue
     name=$(basename "$d")
     _render "job-$name" "$d"
+    on=cpu
+    for o in "${overlays[@]}"; do if [[ $name == *-"$o" ]]; then on=$o; fi; done
+    _with_job "$on" "$name"
     # Manifests in the job's folder that its kustomization does not list.
     for f in "$d"*.yaml; do
       case $(basename "$f") in kustomization.yaml) continue ;; esac

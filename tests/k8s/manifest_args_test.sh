@@ -12,10 +12,14 @@
 #     model directory that does not exist, they must fail on the model, not
 #     on a flag or a value (--kv-transport=nccl of the gpu overlay parses in
 #     every build: without NCCL the worker warns and uses gRPC);
-#   - a worker binary that has --kv-transport gets it from the manifests.
+#   - a worker binary that has --kv-transport gets it from the manifests;
+#   - the router's clients (the passkey Job's pdserve-passkey) run their
+#     whole line and environment against a router address where nothing
+#     listens: they must fail on the router, not on a flag or a TLS file.
 # The tls overlay's Secret (mounted at /etc/pdserve/tls) is stood in for by
 # certificates made here (tests/e2e/make_test_certs.sh, openssl), so the
-# servers read real PEM files and still stop at the model.
+# servers and clients read real PEM files and still stop at the model (the
+# router).
 # Binaries not built here (pdserve-passkey before it lands) are reported and
 # left out.
 # Usage: manifest_args_test.sh BUILD_DIR SOURCE_DIR
@@ -80,8 +84,31 @@ def env_flag(var):
     return var[len("PDSERVE_"):].lower()
 
 SERVERS = {"pdserve-router", "pdserve-prefill", "pdserve-decode"}
+CLIENTS = {"pdserve-passkey", "pdserve-cli", "pdserve-bench"}  # of the router's public port
 MISSING_MODEL = "/nonexistent-pdserve-model"
+CLOSED_ROUTER = "127.0.0.1:1"  # nothing listens there
 failures, notes, checked = [], [], 0
+
+def run_env_of(env):
+    """The process environment of a container's PDSERVE_* variables, as this
+    machine runs them (the model pointing nowhere)."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("PDSERVE_")}
+    for k, v in env.items():
+        run_env[k] = MISSING_MODEL if k == "PDSERVE_MODEL" else local_value(v)
+    return run_env
+
+def check_client(where, binary, cmd, env):
+    """A client runs its whole line and environment (its --tls-ca read from
+    the Secret's stand-in) against a router address where nothing listens:
+    it must get past its flags and files and fail on the router (exit 1),
+    not on a flag or a file (exit 2)."""
+    line = [binaries[binary]] + [local_value(a) for a in cmd[1:]] + ["--router=" + CLOSED_ROUTER]
+    r = subprocess.run(line, capture_output=True, text=True, timeout=120, env=run_env_of(env))
+    err = (r.stdout + r.stderr).strip()
+    if r.returncode == 1 and CLOSED_ROUTER in err:
+        print(f"ok: {where}: {binary} parses its command line and files (stops at the router)")
+    else:
+        failures.append(f"{where}: {binary} exits {r.returncode} before reaching the router: {err[-400:]}")
 seen = {}  # identical command lines (the components change no args) run once
 for rendering_set in ("cpu", "gpu"):
     for c in json.load(open(os.path.join(work, rendering_set + ".json"))):
@@ -106,6 +133,9 @@ for rendering_set in ("cpu", "gpu"):
                 and "kv_transport" not in passed:
             failures.append(f"{where}: {binary} has --kv-transport but the manifest does not pass it "
                             f"(add PDSERVE_KV_TRANSPORT to its ConfigMap in k8s/base)")
+        if binary in CLIENTS:
+            check_client(where, binary, cmd, env)
+            continue
         if binary not in SERVERS:
             print(f"ok: {where}: {binary} knows every flag")
             continue
@@ -129,12 +159,9 @@ for rendering_set in ("cpu", "gpu"):
                 a = "--model=" + MISSING_MODEL
             line.append(a)
         line[0] = binaries[binary]
-        run_env = {k: v for k, v in os.environ.items() if not k.startswith("PDSERVE_")}
-        for k, v in env.items():
-            run_env[k] = MISSING_MODEL if k == "PDSERVE_MODEL" else local_value(v)
         key = (tuple(line), tuple(sorted(env.items())))
         if key not in seen:
-            r = subprocess.run(line, capture_output=True, text=True, timeout=120, env=run_env)
+            r = subprocess.run(line, capture_output=True, text=True, timeout=120, env=run_env_of(env))
             seen[key] = (r.returncode, (r.stdout + r.stderr).strip())
         returncode, err = seen[key]
         if returncode == 0:

@@ -64,4 +64,22 @@ mutant "TLS without the CA" '0,/^  PDSERVE_TLS_CA: .*$/{//d}' "$tls"
 mutant "the API key as a ConfigMap literal" '0,/^  PDSERVE_TLS_CA: /s//  PDSERVE_API_KEY: hunter2\n  PDSERVE_TLS_CA: /' "$tls"
 mutant "a writable TLS mount" '/mountPath: \/etc\/pdserve\/tls$/{n;n;s/readOnly: true/readOnly: false/}' "$tls"
 mutant "TLS on the workers only" '/^  PDSERVE_DECODE_DNS:/,/^kind:/{/PDSERVE_TLS_/d}' "$tls"
+# The passkey Job against the tls overlay's router (k8s/jobs/passkey-tls):
+# without the CA or the key, or with another Secret's key, it could not
+# talk to the router; the plain Job with the tls overlay, or the TLS one
+# with the plaintext cpu overlay, neither.
+pk=$WORK/render/tls+job-passkey-tls.yaml
+mutant "the passkey Job without --tls-ca against the tls overlay" '/- name: PDSERVE_TLS_CA$/,+1d' "$pk"
+grep -q "client needs --tls-ca" "$WORK/mutant.log" || fail "passkey Job without --tls-ca: not for the right reason"
+mutant "the passkey Job without the API key against the tls overlay" \
+  '/^kind: Job$/,/^---$/{/- name: PDSERVE_API_KEY$/,+4d}' "$pk"
+grep -q "client needs PDSERVE_API_KEY" "$WORK/mutant.log" || fail "passkey Job without the key: not for the right reason"
+mutant "the passkey Job with another Secret's key" '/^kind: Job$/,/^---$/{s/name: pdserve-api-key$/name: pdserve-key/}' "$pk"
+mutant "the passkey Job's CA on a writable mount" \
+  '/^kind: Job$/,/^---$/{/mountPath: \/etc\/pdserve\/tls$/{n;n;s/readOnly: true/readOnly: false/}}' "$pk"
+{ cat "$WORK/render/overlay-tls.yaml"; echo "---"; cat "$WORK/render/job-passkey.yaml"; } >"$WORK/mixed.yaml"
+caught_in "the plain passkey Job with the tls overlay" "$WORK/mixed.yaml"
+{ cat "$WORK/render/overlay-cpu.yaml"; echo "---"; cat "$WORK/render/job-passkey-tls.yaml"; } >"$WORK/mixed.yaml"
+caught_in "the TLS passkey Job with the plaintext cpu overlay" "$WORK/mixed.yaml"
+grep -q "router's port is plaintext" "$WORK/mutant.log" || fail "TLS Job, plaintext router: not for the right reason"
 echo "PASS: ${#cpu[@]} + ${#gpu[@]} renderings valid, $caught known mistakes caught"

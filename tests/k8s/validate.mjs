@@ -15,10 +15,11 @@
 // the servers take their settings from PDSERVE_<FLAG> variables (no $(VAR)
 // in their args), drains fit in the grace period, probes are gRPC health on
 // the pod's own port, workers listen on their pod IP, KEDA ScaledObjects
-// query series the binaries export and share no Deployment with an HPA, and
-// so on. A server's setting is its flag in args, else its PDSERVE_<FLAG>
-// variable. Custom resources (KEDA, Prometheus Operator) are checked against
-// the schemas of @kubernetes-models/keda and /prometheus-operator.
+// query series the binaries export and share no Deployment with an HPA, a
+// client Job speaks the router's TLS and key, and so on. A server's setting
+// is its flag in args, else its PDSERVE_<FLAG> variable. Custom resources
+// (KEDA, Prometheus Operator) are checked against the schemas of
+// @kubernetes-models/keda and /prometheus-operator.
 //
 // --emit-commands writes every container's command line with $(VAR)s
 // expanded, and its PDSERVE_* environment, for
@@ -267,23 +268,23 @@ function setting(args, env, flag) {
   return flagValue(args, flag) ?? env.get("PDSERVE_" + flag.toUpperCase().replace(/-/g, "_"));
 }
 
-// TLS of a server container (docs/security.md): off, or all of --tls-cert,
-// --tls-key and --tls-ca (workers refuse TLS without the CA: mTLS only)
-// from a read-only Secret volume; an API key only from a Secret, never a
-// ConfigMap literal. Returns whether TLS is on.
-function checkTls(cw, kind, c, args, env, spec) {
-  const files = ["tls-cert", "tls-key", "tls-ca"].map((f) => [f, setting(args, env, f)]);
-  const given = files.filter(([, v]) => v);
+// The API key of a server or client container: only PDSERVE_API_KEY from a
+// Secret (secretKeyRef), never a literal, a ConfigMap or an argument.
+// Returns its secretKeyRef, or undefined when the container has no key.
+function checkApiKey(cw, c, args, env) {
   const apiKey = (c.env || []).find((e) => e.name === "PDSERVE_API_KEY");
   if (env.has("PDSERVE_API_KEY") && !apiKey?.valueFrom?.secretKeyRef) {
     fail(cw, "PDSERVE_API_KEY must come from a Secret (secretKeyRef), not a literal or a ConfigMap");
   }
   if (flagValue(args, "api-key") !== undefined) fail(cw, "--api-key in args shows the key: use PDSERVE_API_KEY from a Secret");
-  if (apiKey && kind !== "router") fail(cw, "only the router takes an API key");
-  if (given.length === 0) return false;
-  if (given.length !== files.length) {
-    fail(cw, `TLS needs --tls-cert, --tls-key and --tls-ca together (has ${given.map(([f]) => f).join(", ")})`);
-  }
+  return apiKey?.valueFrom?.secretKeyRef;
+}
+
+// The TLS settings given ([flag, file] pairs of --tls-cert/--tls-key/
+// --tls-ca), each a file on a read-only Secret volume.
+function tlsFiles(cw, c, args, env, spec) {
+  const files = ["tls-cert", "tls-key", "tls-ca"].map((f) => [f, setting(args, env, f)]);
+  const given = files.filter(([, v]) => v);
   for (const [flag, file] of given) {
     const mount = (c.volumeMounts || []).find((m) => file.startsWith(m.mountPath + "/"));
     const volume = mount && (spec.volumes || []).find((v) => v.name === mount.name);
@@ -291,7 +292,59 @@ function checkTls(cw, kind, c, args, env, spec) {
     else if (mount.readOnly !== true) fail(cw, `the TLS volume ${mount.name} must be mounted readOnly`);
     else if (!volume?.secret) fail(cw, `--${flag} ${file}: the volume ${mount.name} must be a Secret`);
   }
+  return given;
+}
+
+// TLS of a server container (docs/security.md): off, or all of --tls-cert,
+// --tls-key and --tls-ca (workers refuse TLS without the CA: mTLS only)
+// from a read-only Secret volume; an API key only from a Secret, and only
+// on the router. Returns whether TLS is on.
+function checkTls(cw, kind, c, args, env, spec) {
+  checkApiKey(cw, c, args, env);
+  if (env.has("PDSERVE_API_KEY") && kind !== "router") fail(cw, "only the router takes an API key");
+  const given = tlsFiles(cw, c, args, env, spec);
+  if (given.length === 0) return false;
+  if (given.length !== 3) {
+    fail(cw, `TLS needs --tls-cert, --tls-key and --tls-ca together (has ${given.map(([f]) => f).join(", ")})`);
+  }
   return true;
+}
+
+// The clients of the router's public API (a Job's pdserve-passkey, ...):
+// their TLS files on read-only Secret volumes, the key from a Secret; with
+// the router in the same rendering (a job rendered with its serving
+// overlay), a client that dials the router's Service speaks what the router
+// serves: --tls-ca when its port is TLS (plaintext otherwise), and the
+// router's API key (the same Secret and key) when it requires one.
+const CLIENTS = new Set(["pdserve-passkey", "pdserve-cli", "pdserve-bench", "pdserve-ttft-bench"]);
+function checkClient(cw, c, args, env, spec) {
+  const apiKey = checkApiKey(cw, c, args, env);
+  const given = tlsFiles(cw, c, args, env, spec);
+  const target = setting(args, env, "router");
+  if (!target) fail(cw, "a client must name the router (--router)");
+  return { cw, target, tls: given.some(([f]) => f === "tls-ca" || f === "tls-cert"), apiKey };
+}
+function checkClientsAgainstRouter(name, clients, router, services) {
+  if (!router) return;  // a job alone: its serving overlay is checked with it elsewhere
+  const routerTls = !!setting(router.args, router.env, "tls-cert");
+  const routerKey = (router.c.env || []).find((e) => e.name === "PDSERVE_API_KEY")?.valueFrom?.secretKeyRef;
+  for (const cl of clients.filter((x) => x.target)) {
+    const svcName = cl.target.slice(0, cl.target.lastIndexOf(":")).split(".")[0];
+    const port = Number(cl.target.slice(cl.target.lastIndexOf(":") + 1));
+    const svc = services.find((s) => s.metadata.name === svcName);
+    if (!svc || !labelsMatch(svc.spec.selector, router.w.pod.metadata.labels)) {
+      fail(cl.cw, `--router ${cl.target}: no Service ${svcName} in front of the router pods`);
+      continue;
+    }
+    if (!(svc.spec.ports || []).some((p) => p.port === port)) fail(cl.cw, `--router ${cl.target}: Service ${svcName} has no port ${port}`);
+    if (routerTls && !cl.tls) fail(cl.cw, "the router's port is TLS: the client needs --tls-ca (PDSERVE_TLS_CA)");
+    if (!routerTls && cl.tls) fail(cl.cw, "the router's port is plaintext: a client with --tls-ca cannot connect");
+    if (routerKey && !cl.apiKey) fail(cl.cw, "the router requires an API key: the client needs PDSERVE_API_KEY from its Secret");
+    else if (routerKey && (cl.apiKey.name !== routerKey.name || cl.apiKey.key !== routerKey.key)) {
+      fail(cl.cw, `PDSERVE_API_KEY from Secret ${cl.apiKey.name} key ${cl.apiKey.key}, but the router's is ` +
+                  `${routerKey.name} key ${routerKey.key}`);
+    }
+  }
 }
 
 // The PDSERVE_* variables of a container's environment.
@@ -388,6 +441,7 @@ function checkRendering(name, objs, commands) {
   const services = objs.filter((o) => o.kind === "Service");
   const wl = workloads(objs);
   const byKind = {}; // router/prefill/decode -> {w, c, env, args}
+  const clients = []; // checkClient's
 
   for (const w of wl) {
     const spec = w.pod.spec;
@@ -425,6 +479,7 @@ function checkRendering(name, objs, commands) {
       commands.push({ rendering: name, workload: w.where, container: c.name, command: cmd, args, env: pdserveEnv(env),
                       metricsPort: metricsPort ?? null, scrapePort: scrapePort ?? null });
 
+      if (CLIENTS.has(cmd[0])) clients.push(checkClient(cw, c, args, env, spec));
       const kind = SERVERS[cmd[0]];
       if (!kind) continue;
       byKind[kind] = { w, c, env, args, cw };
@@ -531,6 +586,8 @@ function checkRendering(name, objs, commands) {
   if (new Set(servers.map(tlsOf)).size > 1) {
     fail(`${name}: servers`, `disagree on TLS: ${servers.map((e) => `${e[0]} ${tlsOf(e)}`).join(", ")}`);
   }
+
+  checkClientsAgainstRouter(name, clients, byKind.router, services);
 
   // The router's DNS targets: headless Services in front of the right pods.
   const router = byKind.router;
