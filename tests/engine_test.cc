@@ -274,7 +274,9 @@ TEST(LinearTest, Bf16WeightsEqualTheirFp32Values) {
     for (const at::Tensor& w : {big, small, big}) {
       const at::Tensor want = at::linear(x, w.to(at::kFloat));
       EXPECT_TRUE(at::allclose(Linear(x, w), want, 1e-5, 1e-5)) << rows << " rows, weight " << w.sizes();
-      if (rows > 32) EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), want)) << rows << " rows, weight " << w.sizes();
+      if (rows > 32) {
+        EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), want)) << rows << " rows, weight " << w.sizes();
+      }
     }
   }
 }
