@@ -28,6 +28,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
+#include "common/model/bf16_matmul.h"
 #include "common/net/grpc_security.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"
@@ -350,7 +351,7 @@ int main(int argc, char** argv) {
       "running pdserve stack (Generate with token_ids = the same prompt, max_new_tokens = 1, greedy).\n"
       "Usage: pdserve-ttft-bench --model DIR [--router HOST:PORT] [--prompt-lens 128,512,1024,2048]\n"
       "       [--trials 3] [--kv-dtype f32|bf16] [--weights-dtype f32|bf16|int8] [--threads N] [--prefill-chunk 512]\n"
-      "       [--csv-out FILE] [--deadline-s 600]\n"
+      "       [--bf16-matmul auto|widen|split|amx] [--csv-out FILE] [--deadline-s 600]\n"
       "Prompts are the ids (i*7919 + 13) % vocab_size, i in [0, len). Every value is the median over\n"
       "--trials, after one untimed warmup of the shortest prompt per mode. Columns: single = in-process\n"
       "TTFT; disagg = the router's Usage.ttft_ns (request in to first token out); client = call start to\n"
@@ -373,9 +374,11 @@ int main(int argc, char** argv) {
   const pdserve::ModelConfig& c = engine->config();
   const std::string model_name = c.name;
   const int64_t vocab = c.vocab_size;
-  std::printf("pdserve-ttft-bench: model %s (%s), weights %s, kv dtype %s, threads %d (requested %d), prefill chunk %lld\n",
+  std::printf("pdserve-ttft-bench: model %s (%s), weights %s, kv dtype %s, threads %d (requested %d), prefill chunk %lld, "
+              "bf16 matmul %s\n",
               model_name.c_str(), o.model_dir.c_str(), o.wd.c_str(), o.kd.c_str(), at::get_num_threads(),
-              o.eo.num_threads, static_cast<long long>(o.eo.prefill_chunk));
+              o.eo.num_threads, static_cast<long long>(o.eo.prefill_chunk),
+              pdserve::Bf16MatmulName(pdserve::GetBf16Matmul()));
   std::printf("router: %s; %d trial(s) per length, medians reported\n",
               o.router.empty() ? "none (single-process only)" : o.router.c_str(), o.trials);
 

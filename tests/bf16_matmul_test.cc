@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "common/model/gemm_amx.h"
 #include "common/model/transformer.h"
 #include "common/util/cpu_features.h"
 
@@ -11,19 +12,41 @@ namespace {
 
 // Restores the process-wide default after a test that changed it.
 struct ResetMode {
-  ~ResetMode() { (void)SetBf16Matmul(Bf16Matmul::kWiden); }
+  ~ResetMode() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
 };
 
 TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   EXPECT_EQ(ParseBf16Matmul("widen").value(), Bf16Matmul::kWiden);
-  EXPECT_EQ(ParseBf16Matmul("auto").value(), HostCpuFeatures().amx_bf16 ? Bf16Matmul::kAmx : Bf16Matmul::kWiden);
   EXPECT_EQ(ParseBf16Matmul("fast").status().code(), absl::StatusCode::kInvalidArgument);
+  // The default (no flag parsed yet, and "auto") is the exact split GEMM
+  // where the CPU runs the amx ISA (unless PDSERVE_ISA forces a narrower
+  // one), else widen; never the inexact amx.
+  const absl::StatusOr<Isa> isa = HostIsa();
+  const bool amx_isa = isa.ok() && *isa == Isa::kAmx;
+  EXPECT_EQ(DefaultBf16Matmul(), amx_isa ? Bf16Matmul::kAmxSplit : Bf16Matmul::kWiden);
+  EXPECT_EQ(GetBf16Matmul(), DefaultBf16Matmul());
+  EXPECT_EQ(ParseBf16Matmul("auto").value(), DefaultBf16Matmul());
   if (HostCpuFeatures().amx_bf16) {
     EXPECT_EQ(ParseBf16Matmul("amx").value(), Bf16Matmul::kAmx);
   } else {
     EXPECT_EQ(ParseBf16Matmul("amx").status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmx).code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
+  }
+  if (AmxSplitAvailable()) {
+    EXPECT_EQ(ParseBf16Matmul("split").value(), Bf16Matmul::kAmxSplit);
+  } else {
+    const absl::Status parsed = ParseBf16Matmul("split").status();
+    EXPECT_EQ(parsed.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(parsed.message().find("amx_bf16"), std::string::npos) << parsed;
+    EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmxSplit).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
+  }
+  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx}) {
+    const auto parsed = ParseBf16Matmul(Bf16MatmulName(mode));
+    if (parsed.ok()) {
+      EXPECT_EQ(*parsed, mode) << Bf16MatmulName(mode);
+    }
   }
 }
 
@@ -62,6 +85,11 @@ TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
   EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Amx(x, w)));
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
   EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Widened(x, w)));
+  if (!AmxSplitAvailable()) return;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kAmxSplit).ok());
+  const at::Tensor split = Linear(x, w);
+  EXPECT_TRUE(at::equal(split, LinearBf16Split(x, w)));
+  EXPECT_FALSE(at::equal(split, LinearBf16Amx(x, w)));
 }
 
 }  // namespace

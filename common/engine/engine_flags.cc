@@ -18,9 +18,11 @@ ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf1
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
 ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
-ABSL_FLAG(std::string, bf16_matmul, "widen",
-          "Prefill GEMMs of bf16 weights: widen (to fp32, exact), amx (bf16 activations on AMX-BF16 tiles; "
-          "changes numerics, refused on CPUs without AMX) or auto (amx where the CPU has it).");
+ABSL_FLAG(std::string, bf16_matmul, "auto",
+          "Prefill GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
+          "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (bf16 activations and outputs "
+          "through oneDNN; changes numerics) or auto (split where the CPU runs the amx ISA, see PDSERVE_ISA, "
+          "else widen). split and amx are refused at start on CPUs without AMX-BF16.");
 
 namespace pdserve {
 

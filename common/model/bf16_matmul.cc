@@ -1,11 +1,14 @@
 #include "common/model/bf16_matmul.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/gemm_amx.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {
@@ -15,32 +18,68 @@ namespace {
 // AMX-BF16 with the OS's tile state and Linux's permission (cpu_features).
 bool CpuHasAmxBf16() { return HostCpuFeatures().amx_bf16; }
 
-std::atomic<Bf16Matmul> g_mode{Bf16Matmul::kWiden};
+// Why `mode` cannot run here, or "" where it can.
+std::string MissingFeature(Bf16Matmul mode) {
+  if (mode == Bf16Matmul::kAmx && !CpuHasAmxBf16()) return "this CPU (or kernel) has no AMX-BF16";
+  if (mode == Bf16Matmul::kAmxSplit && !AmxSplitAvailable()) {
+    return absl::StrCat("this CPU (or kernel) cannot run the amx ISA (it has: ", CpuFeaturesString(HostCpuFeatures()),
+                        "; split needs avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16)");
+  }
+  return "";
+}
+
+// -1 until SetBf16Matmul: DefaultBf16Matmul().
+std::atomic<int> g_mode{-1};
 }  // namespace
 
+Bf16Matmul DefaultBf16Matmul() {
+  static const Bf16Matmul mode = [] {
+    const absl::StatusOr<Isa> isa = HostIsa();  // PDSERVE_ISA=avx2|avx512 keeps AMX off
+    return isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable() ? Bf16Matmul::kAmxSplit : Bf16Matmul::kWiden;
+  }();
+  return mode;
+}
+
+const char* Bf16MatmulName(Bf16Matmul mode) {
+  switch (mode) {
+    case Bf16Matmul::kAmx: return "amx";
+    case Bf16Matmul::kAmxSplit: return "split";
+    default: return "widen";
+  }
+}
+
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name) {
-  if (name == "widen") return Bf16Matmul::kWiden;
-  if (name == "auto") return CpuHasAmxBf16() ? Bf16Matmul::kAmx : Bf16Matmul::kWiden;
-  if (name == "amx") {
-    if (!CpuHasAmxBf16()) return absl::FailedPreconditionError("this CPU (or kernel) has no AMX-BF16");
-    return Bf16Matmul::kAmx;
+  if (name == "auto") return DefaultBf16Matmul();
+  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx}) {
+    if (name != Bf16MatmulName(mode)) continue;
+    const std::string missing = MissingFeature(mode);
+    if (!missing.empty()) return absl::FailedPreconditionError(missing);
+    return mode;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, amx or auto)"));
+      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, split, amx or auto)"));
 }
 
 absl::Status SetBf16Matmul(Bf16Matmul mode) {
-  if (mode == Bf16Matmul::kAmx && !CpuHasAmxBf16()) {
-    return absl::FailedPreconditionError("bf16 matmul amx: this CPU (or kernel) has no AMX-BF16");
+  const std::string missing = MissingFeature(mode);
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("bf16 matmul ", Bf16MatmulName(mode), ": ", missing));
   }
-  g_mode.store(mode);
+  g_mode.store(static_cast<int>(mode));
   return absl::OkStatus();
 }
 
-Bf16Matmul GetBf16Matmul() { return g_mode.load(); }
+Bf16Matmul GetBf16Matmul() {
+  const int mode = g_mode.load();
+  return mode < 0 ? DefaultBf16Matmul() : static_cast<Bf16Matmul>(mode);
+}
 
 at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w) {
-  return GetBf16Matmul() == Bf16Matmul::kAmx ? LinearBf16Amx(x, w) : LinearBf16Widened(x, w);
+  switch (GetBf16Matmul()) {
+    case Bf16Matmul::kAmx: return LinearBf16Amx(x, w);
+    case Bf16Matmul::kAmxSplit: return LinearBf16Split(x, w);
+    default: return LinearBf16Widened(x, w);
+  }
 }
 
 at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
@@ -59,6 +98,28 @@ at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w) {
   // LibTorch 1.13 sends a bf16 x bf16 matmul to oneDNN (mkldnn_matmul),
   // which accumulates in fp32 and, on AMX CPUs, runs on the tiles.
   return at::linear(x.to(at::kBFloat16), w).to(at::kFloat);
+}
+
+at::Tensor LinearBf16Split(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() != 2 || w.dim() != 2 || !w.is_contiguous() || w.scalar_type() != at::kBFloat16 ||
+      x.size(1) != w.size(1) || !AmxSplitSupported(x.size(0), w.size(0), w.size(1))) {
+    return LinearBf16Widened(x, w);
+  }
+  const int64_t M = x.size(0), N = w.size(0), K = w.size(1);
+  const at::Tensor xc = x.to(at::kFloat).contiguous();
+  // Reused per calling thread: no page faults per GEMM.
+  thread_local std::vector<uint32_t> packed;
+  if (static_cast<int64_t>(packed.size()) < AmxSplitPackedWords(M, K)) packed.resize(AmxSplitPackedWords(M, K));
+  const float* xp = xc.data_ptr<float>();
+  uint32_t* pp = packed.data();
+  at::parallel_for(0, AmxSplitRowBlocks(M), /*grain_size=*/1,
+                   [&](int64_t b0, int64_t b1) { AmxSplitPackX(xp, M, K, b0, b1, pp); });
+  at::Tensor y = at::empty({M, N}, at::kFloat);
+  float* yp = y.data_ptr<float>();
+  const uint16_t* wp = static_cast<const uint16_t*>(w.data_ptr());
+  at::parallel_for(0, N / 16, /*grain_size=*/1,
+                   [&](int64_t t0, int64_t t1) { AmxSplitGemm(pp, M, K, wp, t0 * 16, t1 * 16, yp, N); });
+  return y;
 }
 
 }  // namespace pdserve

@@ -1,12 +1,17 @@
 // GEMMs with bf16 weights for prefill-sized inputs (more rows of x than the
-// GEMV kernels take), two paths chosen at run time (AMX where
-// HostCpuFeatures().amx_bf16, common/util/cpu_features.h):
-//   Bf16Matmul         kWiden (default, exact) or kAmx (opt-in)
-//   ParseBf16Matmul    "widen" | "amx" | "auto" (amx where the CPU has it)
-//   SetBf16Matmul      process-wide choice; kAmx without AMX is refused
+// GEMV kernels take), paths chosen at run time (the AMX ones where the CPU
+// runs the amx ISA, common/util/cpu_features.h):
+//   Bf16Matmul         kWiden (exact), kAmxSplit (exact, AMX) or kAmx (opt-in)
+//   ParseBf16Matmul    "widen" | "split" | "amx" | "auto"
+//   DefaultBf16Matmul  what "auto" picks: split where HostIsa() is amx, else
+//                      widen; the process default until SetBf16Matmul
+//   SetBf16Matmul      process-wide choice; an AMX path without AMX is refused
 //   LinearBf16         x W^T through the chosen path
 //   LinearBf16Widened  W widened to fp32 into a per-thread buffer, fp32
 //                      GEMM: bf16 weights act as their exact fp32 values
+//   LinearBf16Split    x split into three bf16 terms on AMX tiles with fp32
+//                      accumulation (gemm_amx.h): fp32-GEMM accuracy; shapes
+//                      the kernel does not take go to LinearBf16Widened
 //   LinearBf16Amx      x rounded to bf16, bf16 x bf16 GEMM with fp32
 //                      accumulation through LibTorch's oneDNN (AMX tiles on
 //                      AMX CPUs), output rounded to bf16 and widened: about
@@ -23,13 +28,16 @@
 
 namespace pdserve {
 
-enum class Bf16Matmul { kWiden, kAmx };
+enum class Bf16Matmul { kWiden, kAmx, kAmxSplit };
 
-// InvalidArgument for an unknown name. "auto" resolves to kAmx only where
-// HostCpuFeatures().amx_bf16; "amx" on a CPU without AMX is FailedPrecondition.
+// InvalidArgument for an unknown name. "auto" is DefaultBf16Matmul();
+// "amx" or "split" on a CPU without AMX is FailedPrecondition.
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name);
+Bf16Matmul DefaultBf16Matmul();
+const char* Bf16MatmulName(Bf16Matmul mode);  // "widen", "split", "amx"
 
-// FailedPrecondition (naming the missing feature) for kAmx without AMX.
+// FailedPrecondition (naming the missing feature) for kAmx or kAmxSplit
+// without AMX.
 absl::Status SetBf16Matmul(Bf16Matmul mode);
 Bf16Matmul GetBf16Matmul();
 
@@ -37,5 +45,7 @@ Bf16Matmul GetBf16Matmul();
 at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w);
+// Call only where AmxSplitAvailable() (gemm_amx.h).
+at::Tensor LinearBf16Split(const at::Tensor& x, const at::Tensor& w);
 
 }  // namespace pdserve
