@@ -74,14 +74,13 @@ TEST(Q8Test, LinearMatchesDequantizedReferenceForEveryBatchSize) {
   }
 }
 
-// kDefault: PDSERVE_Q8_KERNEL when set, else the dot kernel exactly where it
-// has its VNNI build.
-TEST(Q8Test, DefaultKernelIsDotWhereVnni) {
+// kDefault: the FMA kernel unless PDSERVE_Q8_KERNEL=dot.
+TEST(Q8Test, DefaultKernelIsFmaUnlessDotIsAskedFor) {
   at::manual_seed(5);
   const at::Tensor q = QuantizeQ8(at::randn({40, 96}));
   const at::Tensor x = at::randn({3, 96});
   const char* env = std::getenv("PDSERVE_Q8_KERNEL");
-  const bool dot = env != nullptr && *env != '\0' ? std::string(env) == "dot" : GemvQ8DotIsa() == GemvIsa::kAvx512;
+  const bool dot = env != nullptr && std::string(env) == "dot";
   std::printf("default int8 kernel here: %s (dot build %s)\n", dot ? "dot" : "fma", GemvIsaName(GemvQ8DotIsa()));
   EXPECT_TRUE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kDot : Q8Kernel::kFma)));
   EXPECT_FALSE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kFma : Q8Kernel::kDot)));

@@ -56,14 +56,14 @@ void DequantizeInto(const at::Tensor& q, float* dst) {
   });
 }
 
-// kDefault's kernel: PDSERVE_Q8_KERNEL=dot or =fma when set, else the dot
-// kernel where it has its AVX-512 VNNI build (GemvQ8DotIsa) and FMA
-// elsewhere (docs/benchmarks.md, "AVX-512 VNNI int8 decode kernel"); read once.
+// kDefault's kernel: the dot one when PDSERVE_Q8_KERNEL=dot (on AVX-512
+// VNNI CPUs its fast build, GemvQ8DotIsa), else FMA: the dot kernel's
+// activation rounding misses the quality bar (docs/benchmarks.md, "AVX-512
+// VNNI int8 decode kernel"); read once.
 bool DefaultIsDot() {
   static const bool dot = [] {
     const char* v = std::getenv("PDSERVE_Q8_KERNEL");
-    if (v != nullptr && *v != '\0') return std::string(v) == "dot";
-    return GemvQ8DotIsa() == GemvIsa::kAvx512;
+    return v != nullptr && std::string(v) == "dot";
   }();
   return dot;
 }
