@@ -5,8 +5,11 @@
 //
 //   pdserve-gemv-bench [ROUNDS=3] [ROWS=1,4]
 //
-// int8 (Q8_0, gemv_q8.h's GemvQ8Fma) has one build. Prints per (shape, dtype, rows, isa) the best and worst round: ms per call,
-// GB/s of weights read (wall time) and CPU ms per call.
+// int8 (Q8_0, gemv_q8.h): i8fma (GemvQ8Fma, one build) and i8dot (x
+// quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
+// AVX-512 VNNI build where the CPU has it). Prints per (shape, dtype, rows,
+// isa) the best and worst round: ms per call, GB/s of weights read (wall
+// time) and CPU ms per call.
 #include <time.h>
 
 #include <algorithm>
@@ -37,16 +40,24 @@ struct Sample {
   double ms = 0, cpu_ms = 0, gbs = 0;
 };
 
-// Times `calls` calls over distinct copies of one [N, K] weight.
-Sample TimeQ8(const Shape& s, int64_t M, const std::vector<char>& pool, const std::vector<float>& x,
-              std::vector<float>& y) {
+// Times `calls` calls over distinct copies of one [N, K] Q8_0 weight: the
+// FMA kernel, or (dot) x's quantization and the dot kernel's `isa` build.
+Sample TimeQ8(const Shape& s, int64_t M, bool dot, GemvIsa isa, const std::vector<char>& pool,
+              const std::vector<float>& x, std::vector<float>& y) {
   const int64_t bytes = s.N * Q8RowBytes(s.K);
   const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
   const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
+  std::vector<int8_t> xq(M * s.K);
+  std::vector<float> xs(M * s.K / kQ8Block);
   const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
   for (int64_t c = 0; c < calls; ++c) {
     const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
-    GemvQ8Fma(x.data(), M, s.K, w, 0, s.N, y.data(), s.N);
+    if (dot) {
+      QuantizeRowsQ8(x.data(), M, s.K, xq.data(), xs.data());
+      GemvQ8Dot(xq.data(), xs.data(), M, s.K, w, 0, s.N, y.data(), s.N, isa);
+    } else {
+      GemvQ8Fma(x.data(), M, s.K, w, 0, s.N, y.data(), s.N);
+    }
   }
   const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
   return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
@@ -117,23 +128,25 @@ int Main(int argc, char** argv) {
   std::vector<char> pool(size_t{512} << 20);
   for (size_t i = 0; i < pool.size(); i += 2) pool[i] = static_cast<char>(i * 7), pool[i + 1] = 0x3c;
   std::vector<float> x(kGemvMaxRows * 1536, 0.5f), y(kGemvMaxRows * 128000);
-  std::vector<GemvIsa> isas = {GemvIsa::kAvx2};
+  std::vector<GemvIsa> isas = {GemvIsa::kAvx2}, dot_isas = {GemvIsa::kAvx2};
   if (GemvIsaAvailable(GemvIsa::kAvx512)) isas.push_back(GemvIsa::kAvx512);
+  if (GemvQ8VnniAvailable()) dot_isas.push_back(GemvIsa::kAvx512);
   std::printf("%-20s %-5s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (const char* dtype : {"f32", "bf16", "int8"}) {
-      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
+    for (const char* dtype : {"f32", "bf16", "i8fma", "i8dot"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', dot = q8 && dtype[2] == 'd';
+      // i8fma: one build (gemv_q8.h, AVX2), listed once.
+      const std::vector<GemvIsa>& dtype_isas = !q8 ? isas : dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2};
       for (int64_t M : row_counts) {
-        // int8: one kernel (gemv_q8.h, AVX2), listed once.
-        const size_t n_isas = q8 ? 1 : isas.size();
-        std::vector<std::vector<Sample>> got(n_isas);
+        std::vector<std::vector<Sample>> got(dtype_isas.size());
         for (int r = 0; r < rounds; ++r) {
-          for (size_t i = 0; i < n_isas; ++i) {
-            got[i].push_back(q8 ? TimeQ8(s, M, pool, x, y) : Time(s, bf16, M, isas[i], pool, x, y));
+          for (size_t i = 0; i < dtype_isas.size(); ++i) {
+            got[i].push_back(q8 ? TimeQ8(s, M, dot, dtype_isas[i], pool, x, y)
+                                : Time(s, bf16, M, dtype_isas[i], pool, x, y));
           }
         }
-        for (size_t i = 0; i < n_isas; ++i) Print(s, dtype, M, GemvIsaName(isas[i]), got[i]);
+        for (size_t i = 0; i < dtype_isas.size(); ++i) Print(s, dtype, M, GemvIsaName(dtype_isas[i]), got[i]);
       }
     }
   }

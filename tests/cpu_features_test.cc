@@ -90,6 +90,7 @@ TEST(CpuFeaturesTest, HostDetectionAgreesWithTheKernel) {
   EXPECT_EQ(f.avx512bw, flags.count("avx512bw") == 1);
   EXPECT_EQ(f.avx512vl, flags.count("avx512vl") == 1);
   EXPECT_EQ(f.avx512_bf16, flags.count("avx512_bf16") == 1);
+  EXPECT_EQ(f.avx512_vnni, flags.count("avx512_vnni") == 1);
   // AMX also needs the kernel's tile-data permission, which detection asks for.
   EXPECT_EQ(f.amx_tile, flags.count("amx_tile") == 1);
   EXPECT_EQ(f.amx_bf16, flags.count("amx_bf16") == 1);

@@ -4,6 +4,8 @@
 #include "common/model/linear_int8.h"
 
 #include <ATen/ATen.h>
+#include <cstdlib>
+#include <string>
 #include <gtest/gtest.h>
 
 #include "common/engine/engine.h"
@@ -45,11 +47,13 @@ TEST(Q8Test, QuantizeRejectsKNotAMultipleOf32) {
 }
 
 // Each path against x @ dequant(W)^T, for every batch size a decode step
-// can have and past it (prefill); the int8-dot kernel also quantizes x,
-// hence its looser bound (relative to the row's |x| . |w| scale).
+// can have and past it (prefill); the int8-dot path also quantizes x (in
+// prefill too), hence its looser bound (relative to the row's |x| . |w|
+// scale), and it follows the quantized x's product tightly at every M: a
+// decode step and a no-cache forward see the same x.
 TEST(Q8Test, LinearMatchesDequantizedReferenceForEveryBatchSize) {
   at::manual_seed(2);
-  const int64_t K = 320, N = 77;
+  const int64_t K = 320, N = 77, nb = K / kQ8Block;
   const at::Tensor q = QuantizeQ8(at::randn({N, K}) / 16.0);
   const at::Tensor wf = DequantizeQ8(q);
   for (int64_t M : {1, 2, 3, 4, 5, 9, 32, 33, 40}) {
@@ -59,11 +63,27 @@ TEST(Q8Test, LinearMatchesDequantizedReferenceForEveryBatchSize) {
     const at::Tensor fma = LinearQ8(x, q, Q8Kernel::kFma).to(at::kDouble);
     EXPECT_LE(((fma - want).abs() / scale).max().item<double>(), 1e-5) << "M=" << M;
     const at::Tensor dot = LinearQ8(x, q, Q8Kernel::kDot).to(at::kDouble);
-    const double tol = M <= kGemvMaxBatchRows && GemvQ8Available() ? 1.5e-2 : 1e-5;
-    EXPECT_LE(((dot - want).abs() / scale).max().item<double>(), tol) << "M=" << M;
-    if (M <= kGemvMaxBatchRows && GemvQ8Available()) EXPECT_FALSE(at::equal(dot, fma)) << "M=" << M;
+    EXPECT_LE(((dot - want).abs() / scale).max().item<double>(), 1.5e-2) << "M=" << M;
+    EXPECT_FALSE(at::equal(dot, fma)) << "M=" << M;
+    at::Tensor xq = at::empty({M, K}, at::kChar), xs = at::empty({M, nb});
+    QuantizeRowsQ8(x.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
+    const at::Tensor xr = (xq.to(at::kDouble).view({M, nb, kQ8Block}) * xs.to(at::kDouble).unsqueeze(-1)).view({M, K});
+    const at::Tensor want_q = at::matmul(xr, wf.to(at::kDouble).t());
+    EXPECT_LE(((dot - want_q).abs() / scale).max().item<double>(), 1e-5) << "M=" << M;
     EXPECT_TRUE(at::allclose(Linear(x, q), LinearQ8(x, q))) << "Linear's hook, M=" << M;
   }
+}
+
+// kDefault: the FMA kernel unless PDSERVE_Q8_KERNEL=dot.
+TEST(Q8Test, DefaultKernelIsFmaUnlessDotIsAskedFor) {
+  at::manual_seed(5);
+  const at::Tensor q = QuantizeQ8(at::randn({40, 96}));
+  const at::Tensor x = at::randn({3, 96});
+  const char* env = std::getenv("PDSERVE_Q8_KERNEL");
+  const bool dot = env != nullptr && std::string(env) == "dot";
+  std::printf("default int8 kernel here: %s (dot build %s)\n", dot ? "dot" : "fma", GemvIsaName(GemvQ8DotIsa()));
+  EXPECT_TRUE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kDot : Q8Kernel::kFma)));
+  EXPECT_FALSE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kFma : Q8Kernel::kDot)));
 }
 
 TEST(Q8Test, FmaKernelMatchesDequantizedReferenceTightly) {

@@ -2,11 +2,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "common/model/avx2_util.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8_avx512.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -101,7 +104,42 @@ void FmaRows(const float* x, int64_t K, const uint8_t* W, int64_t n0, int64_t n1
   for (int64_t n = n0; n < n1; ++n) FmaRow<M>(x, K, W + n * rb, y + n, ldy, pf);
 }
 
+inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// Per block: d = max|x| / 127, q = x * (1 / d) rounded to nearest even (the
+// default MXCSR mode, as std::nearbyint), packed to int8 in order.
 void QuantizeRowsImpl(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {
+  const int64_t nb = K / kQ8Block;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = x + m * K + b * kQ8Block;
+      __m256 f[4];
+      for (int i = 0; i < 4; ++i) f[i] = _mm256_loadu_ps(v + 8 * i);
+      const __m256 amax8 = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
+                                         _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
+      const float d = HorizontalMax(amax8) / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+      xs[m * nb + b] = d;
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(f[i], _mm256_set1_ps(id)));
+      // packs interleave the 128-bit lanes; the permute restores the order.
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xq + m * K + b * kQ8Block),
+                          _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+// QuantizeRowsImpl's math for CPUs without AVX2 (prefill's round trip of x
+// in linear_int8.cc runs there too).
+void QuantizeRowsPortable(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {
   const int64_t nb = K / kQ8Block;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < nb; ++b) {
@@ -110,13 +148,10 @@ void QuantizeRowsImpl(const float* x, int64_t M, int64_t K, int8_t* xq, float* x
       for (int i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
       const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
       xs[m * nb + b] = d;
-      int8_t* q = xq + m * K + b * kQ8Block;
-      for (int i = 0; i < kQ8Block; ++i) q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
+      for (int i = 0; i < kQ8Block; ++i) xq[m * K + b * kQ8Block + i] = static_cast<int8_t>(std::nearbyint(v[i] * id));
     }
   }
 }
-
-#pragma GCC pop_options
 
 }  // namespace
 
@@ -126,12 +161,25 @@ bool GemvQ8Available() {
   return ok;
 }
 
+bool GemvQ8VnniAvailable() {
+  const CpuFeatures& f = HostCpuFeatures();
+  return GemvQ8Available() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni;
+}
+
+GemvIsa GemvQ8DotIsa() {
+  static const GemvIsa isa =
+      GemvDefaultIsa() == GemvIsa::kAvx512 && GemvQ8VnniAvailable() ? GemvIsa::kAvx512 : GemvIsa::kAvx2;
+  return isa;
+}
+
 void QuantizeRowsQ8(const float* x, int64_t M, int64_t K, int8_t* xq, float* xs) {
+  if (!GemvQ8Available()) return QuantizeRowsPortable(x, M, K, xq, xs);
   QuantizeRowsImpl(x, M, K, xq, xs);
 }
 
 void GemvQ8Dot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* W, int64_t n0,
-               int64_t n1, float* y, int64_t ldy) {
+               int64_t n1, float* y, int64_t ldy, GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemvQ8DotAvx512(xq, xs, M, K, W, n0, n1, y, ldy);
   switch (M) {
     case 1: return DotRows<1>(xq, xs, K, W, n0, n1, y, ldy);
     case 2: return DotRows<2>(xq, xs, K, W, n0, n1, y, ldy);
@@ -139,6 +187,11 @@ void GemvQ8Dot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const ui
     case 4: return DotRows<4>(xq, xs, K, W, n0, n1, y, ldy);
     default: return;
   }
+}
+
+void GemvQ8Dot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* W, int64_t n0,
+               int64_t n1, float* y, int64_t ldy) {
+  GemvQ8Dot(xq, xs, M, K, W, n0, n1, y, ldy, GemvQ8DotIsa());
 }
 
 void GemvQ8Fma(const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,

@@ -56,14 +56,28 @@ void DequantizeInto(const at::Tensor& q, float* dst) {
   });
 }
 
-// PDSERVE_Q8_KERNEL=dot: the int8-dot kernel (GemvQ8Dot) instead of the
-// fp32-activation one; read once.
-bool UseFmaKernel() {
-  static const bool fma = [] {
+// kDefault's kernel: the dot one when PDSERVE_Q8_KERNEL=dot (on AVX-512
+// VNNI CPUs its fast build, GemvQ8DotIsa), else FMA: the dot kernel's
+// activation rounding misses the quality bar (docs/benchmarks.md, "AVX-512
+// VNNI int8 decode kernel"); read once.
+bool DefaultIsDot() {
+  static const bool dot = [] {
     const char* v = std::getenv("PDSERVE_Q8_KERNEL");
-    return v == nullptr || std::string(v) != "dot";
+    return v != nullptr && std::string(v) == "dot";
   }();
-  return fma;
+  return dot;
+}
+
+bool UsesDot(Q8Kernel kernel) { return kernel == Q8Kernel::kDot || (kernel == Q8Kernel::kDefault && DefaultIsDot()); }
+
+// x [M, K] as the dot kernel sees it: each block of 32 quantized
+// (QuantizeRowsQ8) and scaled back to fp32.
+at::Tensor RoundTripQ8(const at::Tensor& x) {
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0), K = xc.size(1), nb = K / kQ8Block;
+  at::Tensor xq = at::empty({M, K}, at::kChar), xs = at::empty({M, nb}, at::kFloat);
+  QuantizeRowsQ8(xc.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
+  return (xq.to(at::kFloat).view({M, nb, kQ8Block}) * xs.unsqueeze(-1)).view({M, K});
 }
 
 // Decode-sized x: x quantized once (dot kernel), then each weight row
@@ -71,7 +85,7 @@ bool UseFmaKernel() {
 at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kQ8Block;
   const at::Tensor xc = x.contiguous();
-  const bool fma = kernel == Q8Kernel::kFma || (kernel == Q8Kernel::kDefault && UseFmaKernel());
+  const bool fma = !UsesDot(kernel);
   at::Tensor xq = at::empty({fma ? 0 : M, K}, at::kChar), xs = at::empty({fma ? 0 : M, nb}, at::kFloat);
   if (!fma) QuantizeRowsQ8(xc.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
   const float* xp = xc.data_ptr<float>();
@@ -122,8 +136,11 @@ at::Tensor DequantizeQ8(const at::Tensor& q) {
 at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   TORCH_CHECK(w.dim() == 2 && x.dim() == 2 && x.size(1) == KOf(w), "LinearQ8: x ", x.sizes(), " against Q8_0 ",
               w.sizes());
-  const at::Tensor xf = x.to(at::kFloat);
+  at::Tensor xf = x.to(at::kFloat);
   if (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available()) return GemvLinear(xf, w, kernel);
+  // With the dot kernel, prefill sees x quantized as decode does, so a
+  // cached decode and a no-cache forward agree as for the FMA kernel.
+  if (UsesDot(kernel)) xf = RoundTripQ8(xf);
   // Prefill: widened once per call into a per-thread buffer (a fresh
   // tensor per call costs page faults and zeroing, as for bf16 in Linear);
   // the LM head (past 64 MB in fp32) is widened into a fresh one.

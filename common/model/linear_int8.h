@@ -27,10 +27,13 @@ at::Tensor QuantizeQ8(const at::Tensor& w);
 // The fp32 values d * q of a Q8_0 tensor, shape [..., K].
 at::Tensor DequantizeQ8(const at::Tensor& q);
 
-// The decode kernel of LinearQ8 (gemv_q8.h). The default is kFma (x stays
-// fp32: only the weights are quantized, so decode and prefill agree as for
-// fp weights), or kDot when PDSERVE_Q8_KERNEL=dot (read once); the choice
-// is measured in docs/benchmarks.md, "int8 weights".
+// The decode kernel of LinearQ8 (gemv_q8.h): kFma (x stays fp32: only the
+// weights are quantized) or kDot (x quantized per block of 32 too, as
+// llama.cpp's Q8_0 x Q8_0; prefill then rounds x the same way, so decode and
+// prefill agree with either). kDefault: kFma, or kDot when
+// PDSERVE_Q8_KERNEL=dot (read once; 1.8-2.2x faster at batch 1 on AVX-512
+// VNNI CPUs, but it adds x's rounding error); measured in docs/benchmarks.md,
+// "int8 weights" and "AVX-512 VNNI int8 decode kernel".
 enum class Q8Kernel { kDefault, kDot, kFma };
 
 // x W^T in fp32 for a 2-D Q8_0 weight W [N, Q8RowBytes(K)]; x [M, K] fp32.

@@ -55,6 +55,7 @@ CpuFeatures Detect() {
   f.avx512f = os_zmm && (b & (1u << 16));
   f.avx512bw = os_zmm && (b & (1u << 30));
   f.avx512vl = os_zmm && (b & (1u << 31));
+  f.avx512_vnni = os_zmm && (c & (1u << 11));
   const bool tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512f && (a1 & (1u << 5));
@@ -80,6 +81,7 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
   const std::pair<bool, const char*> all[] = {{f.avx2, "avx2"},         {f.fma, "fma"},
                                               {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"},
                                               {f.avx512vl, "avx512vl"}, {f.avx512_bf16, "avx512_bf16"},
+                                              {f.avx512_vnni, "avx512_vnni"},
                                               {f.amx_tile, "amx_tile"}, {f.amx_bf16, "amx_bf16"}};
   for (const auto& [has, name] : all) {
     if (has) names.push_back(name);

@@ -24,6 +24,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_bf16 = false;
+  bool avx512_vnni = false;  // vpdpbusd (the int8-dot kernel, gemv_q8.h)
   bool amx_tile = false;     // CPU has it, the OS saves tile state and (Linux)
   bool amx_bf16 = false;     // granted this process XTILEDATA permission
 };
