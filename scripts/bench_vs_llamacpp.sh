@@ -22,7 +22,7 @@
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a).
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
-# depth 32768, which runs fa=on only) and the faster kept; the CSV keeps both.
+# depth 32768 too) and the faster kept; the CSV keeps both.
 #
 # Environment: ROUNDS (2), QUICK (0), ROWS (the groups to run: "decode deep prefill int8"; with
 # QUICK=1 "decode prefill int8"; deep = decode at depth 32768, ~10 min a round on a quiet machine),
@@ -152,7 +152,7 @@ llama_batched() {
 # pd_decode ROUND ROW DTYPE DEPTH NEW: pdserve-decode-bench, batch 1, tok/s over NEW tokens.
 pd_decode() {
   local round=$1 row=$2 dt=$3 depth=$4 new=$5
-  local out=$LOGS/r${round}_${row}_pd_decode.log bw=(--bw-gbs "$BW_GBS")
+  local out=$LOGS/r${round}_${row}_pd_decode${PDSERVE_Q8_KERNEL:-}.log bw=(--bw-gbs "$BW_GBS")
   [[ $BW_GBS == 0 ]] && bw=()
   "$PD/pdserve-decode-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
     --threads "$THREADS" --prompt-len "$depth" --new-tokens "$new" --no-cache-max 0 \
@@ -161,15 +161,15 @@ pd_decode() {
     BW_GBS=$($PY "$REPORT" parse bandwidth "$out")
     echo "$BW_GBS" | record "$round" bandwidth machine pdserve-decode-bench GB/s
   fi
-  $PY "$REPORT" parse decode "$out" | record "$round" "$row" pdserve pdserve-decode-bench "kv=bf16"
+  $PY "$REPORT" parse decode "$out" | record "$round" "$row" pdserve "pdserve-decode-bench${PD_TOOL_SUFFIX:-}" "kv=bf16"
 }
 
 # pd_step ROUND ROW DTYPE BATCH: pdserve-step-bench (engine DecodeStep), output tok/s.
 pd_step() {
-  local round=$1 row=$2 dt=$3 b=$4 out=$LOGS/r${1}_${2}_pd_step.log
+  local round=$1 row=$2 dt=$3 b=$4 out=$LOGS/r${1}_${2}_pd_step${PDSERVE_Q8_KERNEL:-}.log
   "$PD/pdserve-step-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
     --threads "$THREADS" --batch-sizes "$b" --steps 32 --prompt-len 32 >"$out" 2>&1
-  $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b" "kv=bf16"
+  $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b${PD_TOOL_SUFFIX:-}" "kv=bf16"
 }
 
 # pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens.
@@ -197,7 +197,7 @@ run_decode_rows() {
 
 # Depth 32768 (its own group: each side prefills 32768 tokens first).
 run_deep_rows() {
-  llama_bench "$1" decode_d32768_bf16 bf16 on -p 0 -n 32 -d 32768
+  llama_bench "$1" decode_d32768_bf16 bf16 on,off -p 0 -n 32 -d 32768
   pd_decode "$1" decode_d32768_bf16 bf16 32768 32
 }
 
@@ -238,6 +238,9 @@ run_int8_rows() {
   if pd_int8_supported; then
     pd_decode "$r" decode_d32_q8 int8 32 64
     pd_step "$r" decode_b16_q8 int8 16
+    # The int8-dot kernel (x rounded to int8 per block, as llama.cpp's Q8_0 does; opt-in).
+    PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_q8 int8 32 64
+    PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_b16_q8 int8 16
   fi
 }
 

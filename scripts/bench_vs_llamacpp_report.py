@@ -128,6 +128,10 @@ ROWS = [
      ("q8", 32, 64, 1)),
     ("decode_b16_q8", "pdserve-step-bench B=16", "decode, 16 sequences, Q8_0 vs pdserve int8", 2.0,
      ("q8", 32, 32, 16)),
+    ("decode_d32_q8", "pdserve-decode-bench dot", "decode, batch 1, depth 32, Q8_0 vs pdserve int8 dot kernel",
+     1.15, ("q8", 32, 64, 1)),
+    ("decode_b16_q8", "pdserve-step-bench B=16 dot", "decode, 16 sequences, Q8_0 vs pdserve int8 dot kernel", 2.0,
+     ("q8", 32, 32, 16)),
     ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
 ]
 DEPTH_ROWS = {"decode_d4096_bf16", "decode_d32768_bf16"}
@@ -214,7 +218,7 @@ def header(a, bw, shape):
         "routed one, softmax over 3 gates, gpt-oss's clamped SwiGLU and zero biases; pdserve: 8 top-2 + "
         "1 shared, same active bytes), no rotary identity pairs in llama.cpp, KV cache f16 (llama.cpp) vs "
         "bf16 (pdserve), flash attention: llama.cpp's faster of on/off per round (named in the llama.cpp "
-        "column; depth 32768 runs on only), pdserve has none to choose",
+        "column; both settings at every depth), pdserve has none to choose",
         "- decode batch 1 = llama-bench tg64 at depth 32 / tg32 at depth 4096 and 32768 vs "
         "pdserve-decode-bench (and pdserve-step-bench B=1); 16 sequences = llama-batched-bench S_TG "
         "(32 prompt + 32 generated each) vs pdserve-step-bench B=16; prefill = llama-bench pp vs "
