@@ -279,4 +279,4 @@ main() {
   log "wrote $OUT_DIR/{table.md,measurements.csv,decode_vs_depth.png} in ${SECONDS}s"
 }
 
-main "$@"
+main "$@"; exit $?  # one line: bash reads a script as it runs, so an edit mid-run cannot shift what runs next
