@@ -37,7 +37,9 @@ inline __m512 WeightScales(const uint8_t* blk) {
 }
 
 inline __m512 XScales(const float* p, bool two) {
-  return Spread2(two ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))) : _mm_load_ss(p));
+  // Two floats as one unaligned 64-bit load (_mm_load_sd on a float pointer
+  // is a misaligned double load to UBSan).
+  return Spread2(two ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))) : _mm_load_ss(p));
 }
 
 // The int8 weights (each block's 32 after its 2-byte scale).
