@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/engine/engine.h"
+#include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
 #include "common/model/weights.h"
 
@@ -34,7 +35,7 @@ fs::path TempDir(const std::string& name) {
 TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
   const ModelConfig c = Tiny();
   const ModelWeights w = RandomWeights(c, 1);
-  const MemoryEstimate f32 = EstimateMemory(c, WeightsDtype::kF32, 0, 512);
+  const MemoryEstimate f32 = EstimateMemory(c, WeightsDtype::kF32, 0, 512, Bf16Matmul::kWiden);
   EXPECT_EQ(f32.weights_f32_bytes, WeightBytes(w));
   EXPECT_EQ(f32.weights_bf16_bytes, 0);
   EXPECT_EQ(f32.widened_f32_bytes, 0);
@@ -45,7 +46,7 @@ TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
   lo.weights_dtype = WeightsDtype::kBF16;
   auto loaded = LoadCheckpoint(dir.string(), lo);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const MemoryEstimate bf16 = EstimateMemory(c, WeightsDtype::kBF16, 0, 512);
+  const MemoryEstimate bf16 = EstimateMemory(c, WeightsDtype::kBF16, 0, 512, Bf16Matmul::kWiden);
   EXPECT_EQ(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, WeightBytes(*loaded));
   EXPECT_GT(bf16.weights_bf16_bytes, 0);
   EXPECT_LT(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, f32.weights_f32_bytes);
@@ -55,19 +56,37 @@ TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
   fs::remove_all(dir);
 }
 
+// Only the paths that widen count fp32 copies: amx none, split only the
+// shapes its kernel does not take (here the tied head: a vocabulary of 40
+// rows, not a multiple of 16), widen all of them (the largest is then an
+// expert slice).
+TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {
+  ModelConfig c = Tiny();
+  c.vocab_size = 40;
+  const auto copies = [&](Bf16Matmul path) {
+    return EstimateMemory(c, WeightsDtype::kBF16, 0, 64, path).widened_f32_bytes;
+  };
+  EXPECT_EQ(copies(Bf16Matmul::kAmx), 0);
+  EXPECT_EQ(copies(Bf16Matmul::kAmxSplit), 4 * 2 * c.vocab_size * c.d_model);  // buffered, one per thread
+  EXPECT_EQ(copies(Bf16Matmul::kWiden), 4 * 2 * c.expert_hidden * c.d_model);
+  c.vocab_size = 48;
+  EXPECT_EQ(copies(Bf16Matmul::kAmxSplit), 0);
+  EXPECT_EQ(EstimateMemory(c, WeightsDtype::kF32, 0, 64, Bf16Matmul::kWiden).widened_f32_bytes, 0);
+}
+
 TEST(MemoryEstimateTest, KvBudgetAndWorkspaceAddUp) {
   const ModelConfig c = Tiny();
-  const MemoryEstimate a = EstimateMemory(c, WeightsDtype::kF32, 0, 64);
-  const MemoryEstimate b = EstimateMemory(c, WeightsDtype::kF32, int64_t{3} << 20, 64);
+  const MemoryEstimate a = EstimateMemory(c, WeightsDtype::kF32, 0, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate b = EstimateMemory(c, WeightsDtype::kF32, int64_t{3} << 20, 64, Bf16Matmul::kWiden);
   EXPECT_EQ(b.kv_budget_bytes, int64_t{3} << 20);
   EXPECT_EQ(b.total() - a.total(), int64_t{3} << 20);
   EXPECT_GT(a.workspace_bytes, 0);
-  EXPECT_GT(EstimateMemory(c, WeightsDtype::kF32, 0, 512).workspace_bytes, a.workspace_bytes);
+  EXPECT_GT(EstimateMemory(c, WeightsDtype::kF32, 0, 512, Bf16Matmul::kWiden).workspace_bytes, a.workspace_bytes);
   EXPECT_EQ(a.total(), a.weights_f32_bytes + a.workspace_bytes);
 }
 
 TEST(MemoryEstimateTest, RefusalNamesTheNumbers) {
-  const MemoryEstimate e = EstimateMemory(Tiny(), WeightsDtype::kF32, int64_t{64} << 20, 64);
+  const MemoryEstimate e = EstimateMemory(Tiny(), WeightsDtype::kF32, int64_t{64} << 20, 64, Bf16Matmul::kWiden);
   EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{}).ok());  // no limit
   EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{e.total(), "test"}).ok());
   const absl::Status s = CheckMemoryFits(e, MemoryLimit{e.total() - 1, "/sys/fs/cgroup/memory.max"});
@@ -111,7 +130,7 @@ TEST(MemoryEstimateTest, EngineLoadRefusesBeforeReadingWeights) {
   ASSERT_TRUE(SaveCheckpoint(RandomWeights(c, 2), dir.string(), StDtype::kF32).ok());
   EngineOptions o;
   o.kv_budget_bytes = int64_t{256} << 20;
-  const MemoryEstimate e = EstimateMemory(c, o.weights_dtype, o.kv_budget_bytes, o.prefill_chunk);
+  const MemoryEstimate e = EstimateMemory(c, o.weights_dtype, o.kv_budget_bytes, o.prefill_chunk, GetBf16Matmul());
   // Fits without the KV budget, not with it.
   setenv(kMemoryLimitEnv, std::to_string(e.total() - e.kv_budget_bytes / 2).c_str(), 1);
   auto refused = Engine::Load(dir.string(), o);

@@ -87,5 +87,21 @@ TEST(RopeTest, ApplyRotatesHalfSplitPairs) {
   EXPECT_FLOAT_EQ(y[3].item<float>(), 4 * 2.0f + 2 * -1.0f);
 }
 
+// The inference path (one pass, no autograd) gives the differentiable ATen
+// path's bits: the same products and sums, on strided views of q|kv too.
+TEST(RopeTest, InferencePathEqualsTheAutogradPathBitForBit) {
+  at::manual_seed(7);
+  const int64_t N = 37, H = 8, d = 96;
+  const at::Tensor qkv = at::randn({N, 3 * H * d}) * 40;
+  const at::Tensor x = qkv.narrow(1, H * d, H * d).view({N, H, d});  // strided rows
+  const at::Tensor cos = at::randn({N, d / 2}), sin = at::randn({N, d / 2});
+  const at::Tensor fast = Rope::Apply(x, cos, sin);
+  const at::Tensor leaf = x.detach().clone().requires_grad_(true);
+  const at::Tensor slow = Rope::Apply(leaf, cos, sin);
+  ASSERT_TRUE(slow.requires_grad());  // the ATen path ran
+  EXPECT_FALSE(fast.requires_grad());
+  EXPECT_TRUE(at::equal(fast, slow.detach())) << (fast - slow.detach()).abs().max().item<float>();
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -16,39 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "tests/fake_worker.h"
 
 namespace pdserve {
 namespace {
 
-// A worker that passes the pool's two checks: gRPC's default health
-// service (SERVING) and a GetLoad that answers OK.
-template <typename Service>
-class HealthyWorker {
- public:
-  HealthyWorker() {
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    EXPECT_NE(server_, nullptr);
-  }
-  ~HealthyWorker() { server_->Shutdown(std::chrono::system_clock::now()); }
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-
- private:
-  class LoadService final : public Service {
-    grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context, const internal::v1::GetLoadRequest*,
-                                      internal::v1::GetLoadResponse*) override {
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-      reactor->Finish(grpc::Status::OK);
-      return reactor;
-    }
-  };
-  LoadService service_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-};
+// FakeWorker passes the pool's two checks: gRPC's default health service
+// (SERVING) and a GetLoad that answers OK.
+using testing::FakeWorker;
 
 WorkerPoolOptions PollOnDemand(std::vector<std::string> addresses) {
   WorkerPoolOptions o;
@@ -76,8 +51,8 @@ TEST(RouterHttpOptionsTest, PassesProgramModelMetricsAndSecurityThrough) {
 }
 
 TEST(RouterHttpOptionsTest, HealthFollowsBothPoolsLive) {
-  HealthyWorker<internal::v1::PrefillWorker::CallbackService> p;
-  HealthyWorker<internal::v1::DecodeWorker::CallbackService> d;
+  FakeWorker<internal::v1::PrefillWorker::CallbackService> p;
+  FakeWorker<internal::v1::DecodeWorker::CallbackService> d;
   WorkerPool prefill(WorkerKind::kPrefill, PollOnDemand({p.address()}));
   WorkerPool decode(WorkerKind::kDecode, PollOnDemand({d.address()}));
   ModelConfig config;

@@ -18,82 +18,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "pdserve/internal/v1/worker.grpc.pb.h"
+#include "tests/fake_worker.h"
 
 namespace pdserve {
 namespace {
 
-using internal::v1::GetLoadRequest;
+using testing::FakeWorker;
+
 using internal::v1::GetLoadResponse;
-
-// GetLoad answers a settable load, or holds the call unanswered (a hung
-// worker) until Release().
-template <typename Service>
-class FakeService final : public Service {
- public:
-  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context, const GetLoadRequest*,
-                                    GetLoadResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    absl::MutexLock lock(&mu_);
-    if (hang_) {
-      held_.push_back(reactor);
-      return reactor;
-    }
-    *response = load_;
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-
-  void SetLoad(const GetLoadResponse& load) {
-    absl::MutexLock lock(&mu_);
-    load_ = load;
-  }
-  void SetHang(bool hang) {
-    absl::MutexLock lock(&mu_);
-    hang_ = hang;
-  }
-  void Release() {
-    absl::MutexLock lock(&mu_);
-    for (grpc::ServerUnaryReactor* r : held_) r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "released"));
-    held_.clear();
-  }
-
- private:
-  absl::Mutex mu_;
-  GetLoadResponse load_;
-  bool hang_ = false;
-  std::vector<grpc::ServerUnaryReactor*> held_;
-};
-
-template <typename Service>
-class FakeWorker {
- public:
-  FakeWorker() {
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    EXPECT_NE(server_, nullptr);
-    EXPECT_GT(port_, 0);
-  }
-  ~FakeWorker() { Shutdown(); }
-
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-  int port() const { return port_; }
-  FakeService<Service>& service() { return service_; }
-  void SetServing(bool serving) { server_->GetHealthCheckService()->SetServingStatus(serving); }
-  void Shutdown() {
-    if (server_ == nullptr) return;
-    service_.Release();
-    server_->Shutdown(std::chrono::system_clock::now());
-    server_.reset();
-  }
-
- private:
-  FakeService<Service> service_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-};
 
 using FakeDecode = FakeWorker<internal::v1::DecodeWorker::CallbackService>;
 using FakePrefill = FakeWorker<internal::v1::PrefillWorker::CallbackService>;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/engine/memory_estimate.h"
+#include "common/model/bf16_matmul.h"
 #include "common/model/cache_layout.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
@@ -35,7 +36,7 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   auto config = LoadModelConfig((std::filesystem::path(dir) / "config.json").string());
   if (!config.ok()) return absl::OkStatus();
   const MemoryEstimate estimate =
-      EstimateMemory(*config, options.weights_dtype, options.kv_budget_bytes, options.prefill_chunk);
+      EstimateMemory(*config, options.weights_dtype, options.kv_budget_bytes, options.prefill_chunk, GetBf16Matmul());
   ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
   log::Info(DescribeMemory(estimate, limit), {}, log::TextPrefix::Named("pdserve"));
   return CheckMemoryFits(estimate, limit);

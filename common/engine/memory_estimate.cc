@@ -8,6 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/model/bf16_matmul.h"
+#include "common/model/gemm_amx.h"
 #include "common/model/weights.h"
 
 namespace pdserve {
@@ -41,10 +43,19 @@ int64_t ReadCgroupFile(const std::string& path) {
   return v >= (int64_t{1} << 60) ? -1 : v;  // v1 says "no limit" with ~2^63
 }
 
+// Whether prefill widens a bf16 weight [N, K] (per expert slice) to fp32.
+bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
+  switch (path) {
+    case Bf16Matmul::kAmx: return false;
+    case Bf16Matmul::kAmxSplit: return !AmxSplitSupported(1, N, K);
+    default: return true;
+  }
+}
+
 }  // namespace
 
 MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
-                              int64_t prefill_chunk) {
+                              int64_t prefill_chunk, Bf16Matmul bf16_matmul) {
   MemoryEstimate e;
   ModelWeights shapes;
   shapes.config = c;
@@ -53,8 +64,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
     const int64_t n = Numel(nt.shape);
     if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
       e.weights_bf16_bytes += 2 * n;
-      // Experts are widened one [F, D] slice at a time.
+      // Experts are multiplied one [F, D] slice at a time.
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
+      const int64_t cols = nt.shape.back();
+      if (!WidensToF32(bf16_matmul, slice / cols, cols)) continue;
       if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, slice);
       else unbuffered = std::max(unbuffered, slice);
     } else {

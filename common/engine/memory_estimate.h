@@ -1,7 +1,8 @@
 // The engine's memory at load, estimated before any weight is read, against
 // the container's memory limit:
 //   MemoryEstimate / EstimateMemory  weights by dtype, run-time f32 copies of
-//                                    bf16 weights, the KV budget, workspace
+//                                    bf16 weights (as the prefill GEMM path
+//                                    makes them), the KV budget, workspace
 //   MemoryLimit / ReadMemoryLimit    PDSERVE_MEMORY_LIMIT_BYTES, else cgroup
 //                                    v2 memory.max, else v1 limit_in_bytes
 //   CheckMemoryFits                  ResourceExhausted naming the numbers
@@ -18,11 +19,14 @@
 
 namespace pdserve {
 
+enum class Bf16Matmul;  // common/model/bf16_matmul.h (kept out: it includes ATen)
+
 struct MemoryEstimate {
   int64_t weights_f32_bytes = 0;   // tensors held in fp32
   int64_t weights_bf16_bytes = 0;  // matmul weights held in bf16
   // fp32 copies of bf16 weights made while running (the per-thread widening
-  // buffer of Linear and the LM head's transient copy in prefill); 0 in f32.
+  // buffer of Linear and the LM head's transient copy in prefill); 0 in f32,
+  // with the amx path, and with split for every shape its kernel takes.
   int64_t widened_f32_bytes = 0;
   int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
   int64_t workspace_bytes = 0;     // activations of one prefill chunk
@@ -33,8 +37,10 @@ struct MemoryEstimate {
 
 // From the config's tensor shapes (no file read). `kv_budget_bytes` is the
 // KV the process may hold (the decode worker's --kv-budget-mb; 0 if none).
+// `bf16_matmul` is the prefill path of bf16 weights (GetBf16Matmul()): only
+// widen, and split for shapes its AMX kernel does not take, copy weights.
 MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
-                              int64_t prefill_chunk);
+                              int64_t prefill_chunk, Bf16Matmul bf16_matmul);
 
 struct MemoryLimit {
   int64_t bytes = -1;  // -1: no limit

@@ -1,6 +1,7 @@
 #include "common/model/rope.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -70,8 +71,47 @@ void Rope::Table(int64_t start, int64_t n, bool global, at::Tensor* cos, at::Ten
   *sin = ts.narrow(0, start, n);
 }
 
+namespace {
+
+// Apply's arithmetic in one pass, without the ~8 ATen calls and the cat:
+// each output is the same two products and one sum or difference, rounded
+// the same way (this file is built without FMA, so nothing fuses them).
+at::Tensor ApplyFp32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const at::Tensor xc = x.contiguous(), cc = cos.contiguous(), sc = sin.contiguous();
+  const int64_t N = x.size(0), H = x.size(1), d = x.size(2), half = d / 2;
+  at::Tensor out = at::empty({N, H, d}, at::kFloat);
+  const float* xp = xc.data_ptr<float>();
+  const float* cp = cc.data_ptr<float>();
+  const float* sp = sc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, N * H, /*grain_size=*/256, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* c = cp + (r / H) * half;
+      const float* s = sp + (r / H) * half;
+      const float* x1 = xp + r * d;
+      const float* x2 = x1 + half;
+      float* o = op + r * d;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = x1[i] * c[i], b = x2[i] * s[i];
+        const float e = x2[i] * c[i], f = x1[i] * s[i];
+        o[i] = a - b;
+        o[i + half] = e + f;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 at::Tensor Rope::Apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
+  const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || cos.requires_grad());
+  if (!grad && x.dim() == 3 && x.size(-1) % 2 == 0 && x.scalar_type() == at::kFloat &&
+      cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat && cos.dim() == 2 &&
+      cos.size(0) == x.size(0) && cos.size(1) == half && sin.sizes() == cos.sizes()) {
+    return ApplyFp32(x, cos, sin);
+  }
   at::Tensor x1 = x.narrow(-1, 0, half);
   at::Tensor x2 = x.narrow(-1, half, half);
   at::Tensor c = cos.unsqueeze(1);  // [N, 1, half] broadcasts over heads

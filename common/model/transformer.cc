@@ -130,12 +130,97 @@ std::vector<at::Tensor> Transformer::ClampedSinks() const {
   return out;
 }
 
+namespace {
+
+// Whether w can go to the decode kernels as it is: [N, K] fp32 or bf16,
+// contiguous.
+bool GemvWeight(const at::Tensor& w) {
+  return w.dim() == 2 && w.is_contiguous() &&
+         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
+}
+
+// y[j] = x[j] W_j^T for J weights of one shape [N, K] (GemvWeight) and one
+// row x[j] each (x + j * x_stride), in one parallel region over the N
+// output rows; then after(n0, n1) on each thread's rows once all J are
+// there. Each output is Linear's kernel row: no bits change.
+template <typename After>
+void GemvSameShape(const float* x, int64_t x_stride, const std::vector<at::Tensor>& ws, float* y,
+                   const After& after) {
+  const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].size(0), K = ws[0].size(1);
+  at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
+    for (int64_t j = 0; j < J; ++j) {
+      const void* wp = ws[j].data_ptr();
+      if (ws[j].scalar_type() == at::kBFloat16) {
+        GemvBf16(x + j * x_stride, 1, K, static_cast<const uint16_t*>(wp), n0, n1, y + j * N, N);
+      } else {
+        GemvF32(x + j * x_stride, 1, K, static_cast<const float*>(wp), n0, n1, y + j * N, N);
+      }
+    }
+    after(n0, n1);
+  });
+}
+
+}  // namespace
+
+at::Tensor Transformer::MoeOneToken(int64_t layer, const at::Tensor& h, const int64_t* experts,
+                                    const float* gates) const {
+  const LayerWeights& L = w_.layers[layer];
+  const Fused& f = fused_[layer];
+  const int64_t S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
+  std::vector<at::Tensor> gate_up, down;
+  for (int64_t j = 0; j < S; ++j) {
+    gate_up.push_back(f.shared[j]);
+    down.push_back(L.shared_down[j]);
+  }
+  for (int64_t s = 0; s < top_k; ++s) {
+    gate_up.push_back(f.gate_up.select(0, experts[s]));
+    down.push_back(L.down_proj.select(0, experts[s]));
+  }
+  if (!std::all_of(gate_up.begin(), gate_up.end(), GemvWeight) || !std::all_of(down.begin(), down.end(), GemvWeight)) {
+    return at::Tensor();
+  }
+  const int64_t J = S + top_k, F = gate_up[0].size(0) / 2, D = down[0].size(0);
+  const at::Tensor hc = h.contiguous();
+  at::Tensor gu = at::empty({J, 2 * F}, at::kFloat);
+  GemvSameShape(hc.data_ptr<float>(), 0, gate_up, gu.data_ptr<float>(), [](int64_t, int64_t) {});
+  // As GateUpMlp, on all J rows at once (row j's bits as for [1, 2F]).
+  const at::Tensor act = (at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F)).contiguous();
+  at::Tensor y = at::empty({J, D}, at::kFloat);
+  at::Tensor out = at::empty({1, D}, at::kFloat);
+  float* yp = y.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // Moe's sums, in its order and roundings: shared outputs added in turn,
+  // then each routed product g * y rounded and added in slot order (this
+  // file is built without FMA, so nothing fuses the multiply and add).
+  GemvSameShape(act.data_ptr<float>(), F, down, yp, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float o = S > 0 ? yp[n] : 0.0f;
+      for (int64_t j = 1; j < S; ++j) o = o + yp[j * D + n];
+      for (int64_t s = 0; s < top_k; ++s) {
+        const float t = gates[s] * yp[(S + s) * D + n];
+        o = o + t;
+      }
+      op[n] = o;
+    }
+  });
+  return out;
+}
+
 at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
   const LayerWeights& L = w_.layers[layer];
   const int64_t N = h.size(0);
   at::Tensor logits = Linear(h, L.router);  // [N, E]
   at::Tensor idx = TopKExperts(logits, config().top_k);
   at::Tensor gates = at::softmax(at::gather(logits, 1, idx), 1);  // [N, top_k]
+
+  // One token through the decode kernels (batch-1 decode): the shared and
+  // routed experts' matmuls in two parallel regions instead of 2 * (S + top_k).
+  if (N == 1 && !fused_.empty() && GemvAvailable() && !at::GradMode::is_enabled() &&
+      h.scalar_type() == at::kFloat) {
+    const at::Tensor g = gates.contiguous();
+    at::Tensor out = MoeOneToken(layer, h, idx.data_ptr<int64_t>(), g.data_ptr<float>());
+    if (out.defined()) return out;
+  }
 
   at::Tensor out;
   for (size_t j = 0; j < L.shared_gate.size(); ++j) {
