@@ -7,27 +7,55 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "common/model/gemv_kernels.h"
 
 namespace pdserve {
 
+// Calls body(n0, n1) on chunks of `chunk` output rows covering [0, N),
+// in parallel: the threads take chunks from a shared counter, so a thread
+// that runs slow (its vCPU busy or descheduled for a while, as on a shared
+// VM) takes fewer chunks instead of holding up the others at the end of
+// the region (llama.cpp's matmuls split work the same way). Which thread
+// computes a row changes no bits.
+template <typename Body>
+void ForEachChunk(int64_t N, int64_t chunk, const Body& body) {
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
+  if (threads <= 1 || at::in_parallel_region()) {
+    body(int64_t{0}, N);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, /*grain_size=*/1, [&](int64_t, int64_t) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      body(c * chunk, std::min(N, (c + 1) * chunk));
+    }
+  });
+}
+
+// Output rows per chunk of a decode matmul with N output rows: about 8
+// chunks per thread, at least 16 rows.
+inline int64_t GemvChunkRows(int64_t N) {
+  return std::max<int64_t>(16, (N + 8 * at::get_num_threads() - 1) / (8 * at::get_num_threads()));
+}
+
 // Calls kernel(m, rows, t0, t1) for every group of at most kGemvMaxRows
 // rows of x starting at row m, and output columns [t0, t1), in parallel
-// over the N output columns. Up to kGemvMaxRows rows, a thread streams its
-// whole column range once. Past that, a ~64 KiB tile of weight rows
-// (`row_bytes` each) goes through every row group while it sits in L2, so
-// DRAM sees each weight once per call. Each output is still one kernel row
-// with one summation order: tiling changes no bits.
+// over the N output columns (ForEachChunk). Up to kGemvMaxRows rows, a
+// chunk streams its column range once. Past that, a chunk is a ~64 KiB
+// tile of weight rows (`row_bytes` each) that goes through every row group
+// while it sits in L2, so DRAM sees each weight once per call. Each output
+// is still one kernel row with one summation order: tiling changes no bits.
 template <typename Kernel>
 void ForEachGemvTile(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel) {
-  const int64_t tile = M <= kGemvMaxRows ? N : std::max<int64_t>(8, (int64_t{64} << 10) / row_bytes);
-  at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
-    for (int64_t t0 = n0; t0 < n1; t0 += tile) {
-      const int64_t t1 = std::min(n1, t0 + tile);
-      for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, t1);
-    }
+  const int64_t chunk =
+      M <= kGemvMaxRows ? GemvChunkRows(N) : std::max<int64_t>(8, (int64_t{64} << 10) / row_bytes);
+  ForEachChunk(N, chunk, [&](int64_t t0, int64_t t1) {
+    for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, t1);
   });
 }
 

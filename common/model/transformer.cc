@@ -141,13 +141,13 @@ bool GemvWeight(const at::Tensor& w) {
 
 // y[j] = x[j] W_j^T for J weights of one shape [N, K] (GemvWeight) and one
 // row x[j] each (x + j * x_stride), in one parallel region over the N
-// output rows; then after(n0, n1) on each thread's rows once all J are
-// there. Each output is Linear's kernel row: no bits change.
+// output rows (ForEachChunk); then after(n0, n1) on each chunk's rows once
+// all J are there. Each output is Linear's kernel row: no bits change.
 template <typename After>
 void GemvSameShape(const float* x, int64_t x_stride, const std::vector<at::Tensor>& ws, float* y,
                    const After& after) {
   const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].size(0), K = ws[0].size(1);
-  at::parallel_for(0, N, /*grain_size=*/128, [&](int64_t n0, int64_t n1) {
+  ForEachChunk(N, GemvChunkRows(N), [&](int64_t n0, int64_t n1) {
     for (int64_t j = 0; j < J; ++j) {
       const void* wp = ws[j].data_ptr();
       if (ws[j].scalar_type() == at::kBFloat16) {
