@@ -108,7 +108,9 @@ make_models() {
     >"$CACHE/load_check.log" 2>&1 || { tail -20 "$CACHE/load_check.log"; exit 1; }
 }
 
-pd_int8_supported() { "$PD/pdserve-decode-bench" --help 2>&1 | grep -q int8; }
+# The help text is read whole: with `| grep -q` and pipefail, grep's early exit could SIGPIPE the
+# bench and turn a yes into a no (it dropped every pdserve int8 row of one run).
+pd_int8_supported() { [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *int8* ]]; }
 
 # record ROUND ROW SIDE TOOL SETTING < "tok/s" lines (one per value)
 record() {
