@@ -21,13 +21,34 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
 }
 
+namespace {
+
+// Whether w can go to the decode kernels as it is: [N, K] fp32 or bf16,
+// contiguous.
+bool GemvWeight(const at::Tensor& w) {
+  return w.dim() == 2 && w.is_contiguous() &&
+         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
+}
+
+// Rows m < M (<= kGemvMaxRows) of x [M, K] against weight rows [t0, t1) of
+// w (GemvWeight), through the fp32 or bf16 kernel: y[m * ldy + n].
+void GemvWeightRows(const float* x, int64_t M, int64_t K, const at::Tensor& w, int64_t t0, int64_t t1, float* y,
+                    int64_t ldy) {
+  if (w.scalar_type() == at::kBFloat16) {
+    GemvBf16(x, M, K, static_cast<const uint16_t*>(w.data_ptr()), t0, t1, y, ldy);
+  } else {
+    GemvF32(x, M, K, static_cast<const float*>(w.data_ptr()), t0, t1, y, ldy);
+  }
+}
+
+}  // namespace
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (IsQ8(w)) return LinearQ8(x, w);
-  const bool bf16 = w.scalar_type() == at::kBFloat16;
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
-  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && w.dim() == 2 &&
-      w.is_contiguous() && (bf16 || w.scalar_type() == at::kFloat) && GemvAvailable()) {
+  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && GemvWeight(w) &&
+      GemvAvailable()) {
     // Decode-sized: our kernels stream each weight row once per 4 rows of x
     // (the LM head alone is 196 MB in bf16); gemv_tiles.h.
     const at::Tensor xc = x.contiguous();
@@ -35,18 +56,13 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     at::Tensor y = at::empty({M, N}, at::kFloat);
     const float* xp = xc.data_ptr<float>();
     float* yp = y.data_ptr<float>();
-    const void* wp = w.data_ptr();
     ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
-      if (bf16) {
-        GemvBf16(xp + m * K, rows, K, static_cast<const uint16_t*>(wp), t0, t1, yp + m * N, N);
-      } else {
-        GemvF32(xp + m * K, rows, K, static_cast<const float*>(wp), t0, t1, yp + m * N, N);
-      }
+      GemvWeightRows(xp + m * K, rows, K, w, t0, t1, yp + m * N, N);
     });
     return y;
   }
   // bf16 weights: widened exactly, or (opt-in) bf16 GEMM on AMX.
-  if (bf16) return LinearBf16(x, w);
+  if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
   return at::linear(x, w);
 }
 
@@ -132,13 +148,6 @@ std::vector<at::Tensor> Transformer::ClampedSinks() const {
 
 namespace {
 
-// Whether w can go to the decode kernels as it is: [N, K] fp32 or bf16,
-// contiguous.
-bool GemvWeight(const at::Tensor& w) {
-  return w.dim() == 2 && w.is_contiguous() &&
-         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
-}
-
 // y[j] = x[j] W_j^T for J weights of one shape [N, K] (GemvWeight) and one
 // row x[j] each (x + j * x_stride), in one parallel region over the N
 // output rows (ForEachChunk); then after(n0, n1) on each chunk's rows once
@@ -148,14 +157,7 @@ void GemvSameShape(const float* x, int64_t x_stride, const std::vector<at::Tenso
                    const After& after) {
   const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].size(0), K = ws[0].size(1);
   ForEachChunk(N, GemvChunkRows(N), [&](int64_t n0, int64_t n1) {
-    for (int64_t j = 0; j < J; ++j) {
-      const void* wp = ws[j].data_ptr();
-      if (ws[j].scalar_type() == at::kBFloat16) {
-        GemvBf16(x + j * x_stride, 1, K, static_cast<const uint16_t*>(wp), n0, n1, y + j * N, N);
-      } else {
-        GemvF32(x + j * x_stride, 1, K, static_cast<const float*>(wp), n0, n1, y + j * N, N);
-      }
-    }
+    for (int64_t j = 0; j < J; ++j) GemvWeightRows(x + j * x_stride, 1, K, ws[j], n0, n1, y + j * N, N);
     after(n0, n1);
   });
 }
