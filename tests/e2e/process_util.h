@@ -2,6 +2,7 @@
 // a file, the bound port read from the log, SIGKILL / SIGTERM on demand.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,14 +28,18 @@ class ChildProcess {
   // runs one intra-op thread with a passive OpenMP wait policy: several
   // LibTorch processes share 2 cores here, and spinning OpenMP threads of
   // one process starve the others.
+  //
+  // The log is truncated here, before the fork: a restarted process writes
+  // to its predecessor's log path, and WaitForPort must never read the
+  // predecessor's ports from it (the child's own open could come too late).
   void Start(const std::vector<std::string>& argv, const std::string& log_path) {
     log_path_ = log_path;
+    const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     pid_ = fork();
     if (pid_ == 0) {
-      FILE* f = std::fopen(log_path.c_str(), "w");
-      if (f != nullptr) {
-        dup2(fileno(f), 1);
-        dup2(fileno(f), 2);
+      if (log_fd >= 0) {
+        dup2(log_fd, 1);
+        dup2(log_fd, 2);
       }
       setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
       setenv("OMP_NUM_THREADS", "1", 1);
@@ -45,6 +50,7 @@ class ChildProcess {
       std::perror("execv");
       _exit(127);
     }
+    if (log_fd >= 0) close(log_fd);
   }
 
   // Waits until the log has "serving on port N" (every pdserve server
