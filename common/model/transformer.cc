@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/kv/mixed_kv_cache.h"
@@ -17,8 +18,43 @@
 
 namespace pdserve {
 
+namespace {
+
+// One row of RmsNorm: y = (x * r) * w with r = 1 / sqrt(mean(x^2) + eps),
+// the sum of squares in double. Row-local, so a row's bits do not depend on
+// how many rows are normalized together.
+void RmsNormRow(const float* x, const float* w, int64_t D, float eps, float* y) {
+  double ss = 0;
+  for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float r = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(D)) + eps);
+  for (int64_t i = 0; i < D; ++i) y[i] = (x[i] * r) * w[i];
+}
+
+}  // namespace
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  if (needs_grad || x.dim() != 2 || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
+      w.dim() != 1 || w.size(0) != x.size(1)) {
+    return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * w;
+  }
+  // Inference: one pass per row instead of six ATen ops per call (25 calls
+  // per decode step).
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  const int64_t N = xc.size(0), D = xc.size(1);
+  at::Tensor y = at::empty({N, D}, at::kFloat);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const auto rows = [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) RmsNormRow(xp + n * D, wp, D, static_cast<float>(eps), yp + n * D);
+  };
+  if (N <= kGemvMaxBatchRows) {
+    rows(0, N);
+  } else {
+    at::parallel_for(0, N, /*grain_size=*/64, rows);
+  }
+  return y;
 }
 
 namespace {

@@ -96,7 +96,9 @@ class Transformer {
   std::vector<Fused> fused_;
 };
 
-// x / sqrt(mean(x^2) + eps) * w, in fp32.
+// x / sqrt(mean(x^2) + eps) * w, in fp32. Without autograd, 2-D fp32 x and
+// w run one row-local pass per row (the sum of squares in double), so a
+// row does not depend on its batch.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 
 // x W^T in fp32 (bf16 weights are widened exactly; int8 weights go to
