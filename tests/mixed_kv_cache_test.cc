@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "common/model/cache_layout.h"
 #include "tests/test_util.h"
 
@@ -133,6 +136,60 @@ TEST(MixedKVCacheTest, Bf16StorageHalvesTheBytes) {
   EXPECT_EQ(bf.UsedBytes() * 2, f32.UsedBytes());
   EXPECT_EQ(bf.Get(1).first.scalar_type(), at::kBFloat16);
   EXPECT_EQ(Values(bf.Get(1).first.to(at::kFloat)), (std::vector<float>{0, 1, 2, 3}));
+}
+
+// AppendRow (the decode step's raw-pointer append) leaves both layer kinds
+// exactly as Append of the same [1, K, d] rows: the same bits in fp32 and
+// bf16 (ties, NaN, infinities, subnormals), ring wrap and global growth.
+TEST(MixedKVCacheTest, AppendRowEqualsAppendOfOneRow) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+    KvCacheOptions o;
+    o.dtype = dtype;
+    MixedKVCache by_row(Config(3), o), by_tensor(Config(3), o);
+    at::manual_seed(9);
+    for (int64_t t = 0; t < 30; ++t) {
+      at::Tensor k = at::randn({1, 1, 2}) * 1e3, v = at::randn({1, 1, 2});
+      if (t == 3) k = at::tensor({1.00390625f, -1.01171875f}).view({1, 1, 2});  // bf16 ties
+      if (t == 4) k = at::tensor({NAN, INFINITY}).view({1, 1, 2});
+      if (t == 5) v = at::tensor({1e-40f, -1e-42f}).view({1, 1, 2});
+      for (int64_t layer : {0, 1}) {
+        ASSERT_TRUE(by_tensor.Append(layer, k, v).ok());
+        ASSERT_TRUE(by_row.AppendRow(layer, k.data_ptr<float>(), v.data_ptr<float>()).ok());
+      }
+    }
+    for (int64_t layer : {0, 1}) {
+      EXPECT_EQ(by_row.seq_len(layer), by_tensor.seq_len(layer));
+      EXPECT_EQ(by_row.head(layer), by_tensor.head(layer));
+      EXPECT_EQ(by_row.capacity(layer), by_tensor.capacity(layer));
+      auto [rk, rv] = by_row.GetUnordered(layer);
+      auto [tk, tv] = by_tensor.GetUnordered(layer);
+      // Bitwise (NaN == NaN): compare the storage bytes.
+      ASSERT_EQ(rk.nbytes(), tk.nbytes());
+      EXPECT_EQ(std::memcmp(rk.data_ptr(), tk.data_ptr(), rk.nbytes()), 0) << "layer " << layer;
+      EXPECT_EQ(std::memcmp(rv.data_ptr(), tv.data_ptr(), rv.nbytes()), 0) << "layer " << layer;
+      const MixedKVCache::RowsView view = by_row.UnorderedRows(layer);
+      EXPECT_EQ(view.k, rk.data_ptr());
+      EXPECT_EQ(view.v, rv.data_ptr());
+      EXPECT_EQ(view.rows, rk.size(0));
+    }
+  }
+}
+
+TEST(MixedKVCacheTest, AppendRowPastTheCapOrLayerIsAnErrorAndChangesNothing) {
+  KvCacheOptions o;
+  o.max_tokens = 2;
+  MixedKVCache cache(Config(), o);
+  const float row[2] = {1, 2};
+  EXPECT_EQ(cache.UnorderedRows(1).rows, 0);
+  EXPECT_EQ(cache.UnorderedRows(1).k, nullptr);
+  ASSERT_TRUE(cache.AppendRow(1, row, row).ok());
+  ASSERT_TRUE(cache.AppendRow(1, row, row).ok());
+  const absl::Status st = cache.AppendRow(1, row, row);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(st.message()).find("3 tokens, above the cap of 2"), std::string::npos) << st;
+  EXPECT_EQ(cache.seq_len(1), 2);
+  EXPECT_EQ(cache.AppendRow(2, row, row).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.AppendRow(-1, row, row).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MixedKVCacheTest, ExportCarriesGlobalRowsAndTheWindowedTail) {

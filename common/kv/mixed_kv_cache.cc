@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/util/status_macros.h"
@@ -73,30 +75,84 @@ void MixedKVCache::AppendWindowed(Layer& L, const at::Tensor& k, const at::Tenso
   L.count = std::min(window_, L.count + T);
 }
 
-absl::Status MixedKVCache::AppendGlobal(int64_t layer, Layer& L, const at::Tensor& k, const at::Tensor& v) {
-  const int64_t T = k.size(0);
-  const int64_t needed = L.count + T;
+absl::Status MixedKVCache::GrowGlobal(int64_t layer, Layer& L, int64_t needed) {
   if (needed > options_.max_tokens) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache layer ", layer, " would hold ", needed,
                                                      " tokens, above the cap of ", options_.max_tokens));
   }
   const int64_t cap = L.k.defined() ? L.k.size(0) : 0;
+  if (needed <= cap) return absl::OkStatus();
   at::NoGradGuard no_grad;
-  if (needed > cap) {
-    const int64_t grown = std::min(std::max(needed, cap * 3 / 2 + 1), options_.max_tokens);
-    at::Tensor nk = at::empty({grown, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
-    at::Tensor nv = at::empty_like(nk);
-    if (L.count > 0) {
-      nk.narrow(0, 0, L.count).copy_(L.k.narrow(0, 0, L.count));
-      nv.narrow(0, 0, L.count).copy_(L.v.narrow(0, 0, L.count));
-    }
-    L.k = nk;
-    L.v = nv;
+  const int64_t grown = std::min(std::max(needed, cap * 3 / 2 + 1), options_.max_tokens);
+  at::Tensor nk = at::empty({grown, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
+  at::Tensor nv = at::empty_like(nk);
+  if (L.count > 0) {
+    nk.narrow(0, 0, L.count).copy_(L.k.narrow(0, 0, L.count));
+    nv.narrow(0, 0, L.count).copy_(L.v.narrow(0, 0, L.count));
   }
+  L.k = nk;
+  L.v = nv;
+  return absl::OkStatus();
+}
+
+absl::Status MixedKVCache::AppendGlobal(int64_t layer, Layer& L, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t T = k.size(0);
+  const int64_t needed = L.count + T;
+  RETURN_IF_ERROR(GrowGlobal(layer, L, needed));
+  at::NoGradGuard no_grad;
   L.k.narrow(0, L.count, T).copy_(k);
   L.v.narrow(0, L.count, T).copy_(v);
   L.count = needed;
   return absl::OkStatus();
+}
+
+namespace {
+
+// One row of `n` fp32 values into cache storage of `dtype` at row `row`.
+void WriteRow(const float* src, int64_t n, KvDtype dtype, at::Tensor& dst, int64_t row) {
+  if (dtype == KvDtype::kF32) {
+    std::memcpy(dst.data_ptr<float>() + row * n, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  // Round to nearest even, as ATen's copy_ rounds; a NaN becomes 0xffff as
+  // in that copy (c10::BFloat16's own constructor would give 0x7fc0).
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst.data_ptr<c10::BFloat16>()) + row * n;
+  for (int64_t i = 0; i < n; ++i) out[i] = std::isnan(src[i]) ? uint16_t{0xffff} : c10::BFloat16(src[i]).x;
+}
+
+}  // namespace
+
+absl::Status MixedKVCache::AppendRow(int64_t layer, const float* k, const float* v) {
+  if (layer < 0 || layer >= n_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV layer ", layer, " out of range [0, ", n_layers(), ")"));
+  }
+  Layer& L = layers_[layer];
+  int64_t row = L.count;
+  if (L.windowed) {
+    if (!L.k.defined()) {
+      L.k = at::empty({window_, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
+      L.v = at::empty_like(L.k);
+    }
+    row = L.head;
+  } else {
+    RETURN_IF_ERROR(GrowGlobal(layer, L, L.count + 1));
+  }
+  const int64_t n = n_kv_heads_ * head_dim_;
+  WriteRow(k, n, options_.dtype, L.k, row);
+  WriteRow(v, n, options_.dtype, L.v, row);
+  if (L.windowed) {
+    L.head = (L.head + 1) % window_;
+    L.count = std::min(window_, L.count + 1);
+  } else {
+    L.count += 1;
+  }
+  return absl::OkStatus();
+}
+
+MixedKVCache::RowsView MixedKVCache::UnorderedRows(int64_t layer) const {
+  const Layer& L = layers_.at(layer);
+  if (!L.k.defined()) return {};
+  return {L.k.data_ptr(), L.v.data_ptr(), L.count};
 }
 
 absl::Status MixedKVCache::Reserve(int64_t tokens) {

@@ -35,6 +35,21 @@ class MixedKVCache {
   // InvalidArgument for a bad layer or shape.
   absl::Status Append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
 
+  // Append of one row for a decode step, without tensor calls: k and v
+  // point at n_kv_heads * head_dim fp32 values each (rounded to nearest
+  // even for a bf16 cache, as Append's copy rounds). Same rows, growth and
+  // errors as Append(layer, [1, K, d], [1, K, d]).
+  absl::Status AppendRow(int64_t layer, const float* k, const float* v);
+
+  // GetUnordered's rows as raw storage (fp32, or bf16 as uint16): valid
+  // until the next Append, AppendRow, Reserve or Reset of this cache.
+  struct RowsView {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int64_t rows = 0;
+  };
+  RowsView UnorderedRows(int64_t layer) const;
+
   // The seq_len(layer) rows in time order (the ring unrolled; a copy only
   // when it has wrapped). Empty [0, K, d] tensors before the first append.
   std::pair<at::Tensor, at::Tensor> Get(int64_t layer) const;
@@ -95,6 +110,9 @@ class MixedKVCache {
   absl::Status CheckRows(int64_t layer, const at::Tensor& k, const at::Tensor& v) const;
   void AppendWindowed(Layer& L, const at::Tensor& k, const at::Tensor& v);
   absl::Status AppendGlobal(int64_t layer, Layer& L, const at::Tensor& k, const at::Tensor& v);
+  // Makes room for `needed` rows of a global layer (growth as Append's);
+  // ResourceExhausted past max_tokens, nothing changed.
+  absl::Status GrowGlobal(int64_t layer, Layer& L, int64_t needed);
 
   int64_t n_kv_heads_;
   int64_t head_dim_;

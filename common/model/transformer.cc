@@ -317,20 +317,22 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
                                                             const at::Tensor& sinks) const {
   const ModelConfig& c = w_.config;
   const int64_t B = static_cast<int64_t>(segments.size()), H = c.n_heads, d = c.head_dim;
-  std::vector<at::Tensor> keep;  // the cache views, alive until the kernel ran
   std::vector<DecodeAttnRows> rows(B);
   DecodeAttnShape shape{H, c.n_kv_heads, d, false};
+  // Each sequence's new K/V row goes straight into its cache (AppendRow),
+  // and the kernel reads the cache's storage (UnorderedRows): no tensor
+  // calls per sequence. Every sequence has its own cache, so no append
+  // below moves rows another one reads.
+  const at::Tensor kc = k.to(at::kFloat).contiguous(), vc = v.to(at::kFloat).contiguous();
+  const float* kp = kc.data_ptr<float>();
+  const float* vp = vc.data_ptr<float>();
+  const int64_t R = c.n_kv_heads * d;
   for (int64_t b = 0; b < B; ++b) {
     MixedKVCache* cache = segments[b].cache;
-    RETURN_IF_ERROR(cache->Append(layer, k.narrow(0, b, 1), v.narrow(0, b, 1)));
-    auto [kk, vv] = cache->GetUnordered(layer);
-    if (!kk.is_contiguous() || !vv.is_contiguous()) {
-      return absl::InternalError(absl::StrCat("cache rows of layer ", layer, " are not contiguous"));
-    }
-    shape.bf16 = kk.scalar_type() == at::kBFloat16;
-    rows[b] = {kk.data_ptr(), vv.data_ptr(), kk.size(0)};
-    keep.push_back(std::move(kk));
-    keep.push_back(std::move(vv));
+    RETURN_IF_ERROR(cache->AppendRow(layer, kp + b * R, vp + b * R));
+    const MixedKVCache::RowsView view = cache->UnorderedRows(layer);
+    shape.bf16 = cache->options().dtype == KvDtype::kBF16;
+    rows[b] = {view.k, view.v, view.rows};
   }
   const at::Tensor qc = q.contiguous();
   const at::Tensor sc = sinks.to(at::kFloat).contiguous();
