@@ -59,21 +59,36 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 namespace {
 
-// Whether w can go to the decode kernels as it is: [N, K] fp32 or bf16,
-// contiguous.
-bool GemvWeight(const at::Tensor& w) {
-  return w.dim() == 2 && w.is_contiguous() &&
-         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16);
+// A weight matrix [rows, cols] as the decode kernels read it: the whole of
+// a 2-D tensor, or matrix e of a 3-D [E, rows, cols] stack, without a
+// tensor call per use.
+struct GemvMatrix {
+  const void* data = nullptr;
+  bool bf16 = false;
+  int64_t rows = 0, cols = 0;
+};
+
+// w (or its matrix e of a stack) when it is fp32 or bf16 and contiguous;
+// data == nullptr when it is not.
+GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1) {
+  const bool stacked = e >= 0;
+  if (w.dim() != (stacked ? 3 : 2) || !w.is_contiguous() ||
+      (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16) || (stacked && e >= w.size(0))) {
+    return {};
+  }
+  const int64_t rows = w.size(stacked ? 1 : 0), cols = w.size(stacked ? 2 : 1);
+  const char* base = static_cast<const char*>(w.data_ptr());
+  const int64_t offset = stacked ? e * rows * cols * static_cast<int64_t>(w.element_size()) : 0;
+  return {base + offset, w.scalar_type() == at::kBFloat16, rows, cols};
 }
 
-// Rows m < M (<= kGemvMaxRows) of x [M, K] against weight rows [t0, t1) of
-// w (GemvWeight), through the fp32 or bf16 kernel: y[m * ldy + n].
-void GemvWeightRows(const float* x, int64_t M, int64_t K, const at::Tensor& w, int64_t t0, int64_t t1, float* y,
-                    int64_t ldy) {
-  if (w.scalar_type() == at::kBFloat16) {
-    GemvBf16(x, M, K, static_cast<const uint16_t*>(w.data_ptr()), t0, t1, y, ldy);
+// Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against rows [t0, t1) of
+// w, through the fp32 or bf16 kernel: y[m * ldy + n].
+void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  if (w.bf16) {
+    GemvBf16(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
   } else {
-    GemvF32(x, M, K, static_cast<const float*>(w.data_ptr()), t0, t1, y, ldy);
+    GemvF32(x, M, w.cols, static_cast<const float*>(w.data), t0, t1, y, ldy);
   }
 }
 
@@ -83,7 +98,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (IsQ8(w)) return LinearQ8(x, w);
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
-  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && GemvWeight(w) &&
+  const GemvMatrix wm = AsGemvMatrix(w);
+  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && wm.data != nullptr &&
       GemvAvailable()) {
     // Decode-sized: our kernels stream each weight row once per 4 rows of x
     // (the LM head alone is 196 MB in bf16); gemv_tiles.h.
@@ -93,7 +109,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     const float* xp = xc.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
-      GemvWeightRows(xp + m * K, rows, K, w, t0, t1, yp + m * N, N);
+      GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N);
     });
     return y;
   }
@@ -124,6 +140,30 @@ at::Tensor TopKExperts(const at::Tensor& router_logits, int64_t top_k) {
     std::copy(order.begin(), order.begin() + top_k, ip + n * top_k);
   }
   return idx;
+}
+
+// The gates: softmax over each row's top-k router logits (idx from
+// TopKExperts), in fp32. Without autograd, one row-local loop (max, exp,
+// sum in slot order, divide) instead of gather + softmax.
+at::Tensor TopKGates(const at::Tensor& logits, const at::Tensor& idx) {
+  const bool needs_grad = at::GradMode::is_enabled() && logits.requires_grad();
+  if (needs_grad || logits.scalar_type() != at::kFloat) return at::softmax(at::gather(logits, 1, idx), 1);
+  const at::Tensor r = logits.contiguous();
+  const int64_t N = r.size(0), E = r.size(1), top_k = idx.size(1);
+  at::Tensor gates = at::empty({N, top_k}, at::kFloat);
+  const float* rp = r.data_ptr<float>();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  float* gp = gates.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = rp + n * E;
+    float* g = gp + n * top_k;
+    float m = row[ip[n * top_k]];
+    for (int64_t s = 1; s < top_k; ++s) m = std::max(m, row[ip[n * top_k + s]]);
+    float sum = 0;
+    for (int64_t s = 0; s < top_k; ++s) sum += (g[s] = std::exp(row[ip[n * top_k + s]] - m));
+    for (int64_t s = 0; s < top_k; ++s) g[s] /= sum;
+  }
+  return gates;
 }
 
 }  // namespace
@@ -189,11 +229,11 @@ namespace {
 // output rows (ForEachChunk); then after(n0, n1) on each chunk's rows once
 // all J are there. Each output is Linear's kernel row: no bits change.
 template <typename After>
-void GemvSameShape(const float* x, int64_t x_stride, const std::vector<at::Tensor>& ws, float* y,
+void GemvSameShape(const float* x, int64_t x_stride, const std::vector<GemvMatrix>& ws, float* y,
                    const After& after) {
-  const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].size(0), K = ws[0].size(1);
+  const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].rows;
   ForEachChunk(N, GemvChunkRows(N), [&](int64_t n0, int64_t n1) {
-    for (int64_t j = 0; j < J; ++j) GemvWeightRows(x + j * x_stride, 1, K, ws[j], n0, n1, y + j * N, N);
+    for (int64_t j = 0; j < J; ++j) GemvRows(x + j * x_stride, 1, ws[j], n0, n1, y + j * N, N);
     after(n0, n1);
   });
 }
@@ -205,19 +245,20 @@ at::Tensor Transformer::MoeOneToken(int64_t layer, const at::Tensor& h, const in
   const LayerWeights& L = w_.layers[layer];
   const Fused& f = fused_[layer];
   const int64_t S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
-  std::vector<at::Tensor> gate_up, down;
+  std::vector<GemvMatrix> gate_up, down;
   for (int64_t j = 0; j < S; ++j) {
-    gate_up.push_back(f.shared[j]);
-    down.push_back(L.shared_down[j]);
+    gate_up.push_back(AsGemvMatrix(f.shared[j]));
+    down.push_back(AsGemvMatrix(L.shared_down[j]));
   }
   for (int64_t s = 0; s < top_k; ++s) {
-    gate_up.push_back(f.gate_up.select(0, experts[s]));
-    down.push_back(L.down_proj.select(0, experts[s]));
+    gate_up.push_back(AsGemvMatrix(f.gate_up, experts[s]));
+    down.push_back(AsGemvMatrix(L.down_proj, experts[s]));
   }
-  if (!std::all_of(gate_up.begin(), gate_up.end(), GemvWeight) || !std::all_of(down.begin(), down.end(), GemvWeight)) {
+  const auto unusable = [](const GemvMatrix& m) { return m.data == nullptr; };
+  if (std::any_of(gate_up.begin(), gate_up.end(), unusable) || std::any_of(down.begin(), down.end(), unusable)) {
     return at::Tensor();
   }
-  const int64_t J = S + top_k, F = gate_up[0].size(0) / 2, D = down[0].size(0);
+  const int64_t J = S + top_k, F = gate_up[0].rows / 2, D = down[0].rows;
   const at::Tensor hc = h.contiguous();
   at::Tensor gu = at::empty({J, 2 * F}, at::kFloat);
   GemvSameShape(hc.data_ptr<float>(), 0, gate_up, gu.data_ptr<float>(), [](int64_t, int64_t) {});
@@ -249,7 +290,7 @@ at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
   const int64_t N = h.size(0);
   at::Tensor logits = Linear(h, L.router);  // [N, E]
   at::Tensor idx = TopKExperts(logits, config().top_k);
-  at::Tensor gates = at::softmax(at::gather(logits, 1, idx), 1);  // [N, top_k]
+  at::Tensor gates = TopKGates(logits, idx);  // [N, top_k]
 
   // One token through the decode kernels (batch-1 decode): the shared and
   // routed experts' matmuls in two parallel regions instead of 2 * (S + top_k).
