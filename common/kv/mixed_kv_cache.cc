@@ -48,11 +48,14 @@ absl::Status MixedKVCache::Append(int64_t layer, const at::Tensor& k, const at::
   return AppendGlobal(layer, L, k, v);
 }
 
+void MixedKVCache::AllocateRing(Layer& L) {
+  if (L.k.defined()) return;
+  L.k = at::empty({window_, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
+  L.v = at::empty_like(L.k);
+}
+
 void MixedKVCache::AppendWindowed(Layer& L, const at::Tensor& k, const at::Tensor& v) {
-  if (!L.k.defined()) {
-    L.k = at::empty({window_, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
-    L.v = at::empty_like(L.k);
-  }
+  AllocateRing(L);
   const int64_t T = k.size(0);
   at::NoGradGuard no_grad;
   if (T >= window_) {
@@ -129,10 +132,7 @@ absl::Status MixedKVCache::AppendRow(int64_t layer, const float* k, const float*
   Layer& L = layers_[layer];
   int64_t row = L.count;
   if (L.windowed) {
-    if (!L.k.defined()) {
-      L.k = at::empty({window_, n_kv_heads_, head_dim_}, ToScalarType(options_.dtype));
-      L.v = at::empty_like(L.k);
-    }
+    AllocateRing(L);
     row = L.head;
   } else {
     RETURN_IF_ERROR(GrowGlobal(layer, L, L.count + 1));

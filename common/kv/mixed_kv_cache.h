@@ -108,6 +108,8 @@ class MixedKVCache {
   };
 
   absl::Status CheckRows(int64_t layer, const at::Tensor& k, const at::Tensor& v) const;
+  // Allocates a windowed layer's ring of `window` rows on its first write.
+  void AllocateRing(Layer& L);
   void AppendWindowed(Layer& L, const at::Tensor& k, const at::Tensor& v);
   absl::Status AppendGlobal(int64_t layer, Layer& L, const at::Tensor& k, const at::Tensor& v);
   // Makes room for `needed` rows of a global layer (growth as Append's);

@@ -49,11 +49,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const auto rows = [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) RmsNormRow(xp + n * D, wp, D, static_cast<float>(eps), yp + n * D);
   };
-  if (N <= kGemvMaxBatchRows) {
-    rows(0, N);
-  } else {
-    at::parallel_for(0, N, /*grain_size=*/64, rows);
-  }
+  at::parallel_for(0, N, /*grain_size=*/64, rows);  // inline up to 64 rows (a decode step)
   return y;
 }
 
@@ -224,7 +220,7 @@ std::vector<at::Tensor> Transformer::ClampedSinks() const {
 
 namespace {
 
-// y[j] = x[j] W_j^T for J weights of one shape [N, K] (GemvWeight) and one
+// y[j] = x[j] W_j^T for J weights of one shape [N, K] (AsGemvMatrix) and one
 // row x[j] each (x + j * x_stride), in one parallel region over the N
 // output rows (ForEachChunk); then after(n0, n1) on each chunk's rows once
 // all J are there. Each output is Linear's kernel row: no bits change.
