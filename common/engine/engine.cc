@@ -14,6 +14,7 @@
 #include "common/engine/memory_estimate.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/cache_layout.h"
+#include "common/model/huge_page_arena.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
 #include "common/util/blas_env.h"
@@ -82,6 +83,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   LoadOptions lo;
   lo.weights_dtype = options.weights_dtype;
   ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
+  const int64_t weight_mib = WeightBytes(w) >> 20, huge_mib = AnonHugePageBytes() >> 20;
+  log::Info(absl::StrFormat("weights %d MiB; process memory on 2 MiB pages: %d MiB%s", weight_mib,
+                            std::max<int64_t>(huge_mib, 0),
+                            !HugePagesEnabled() ? " (PDSERVE_HUGE_PAGES=0)"
+                            : huge_mib <= 0     ? " (transparent huge pages unavailable: weights on 4 KiB pages)"
+                                                : ""),
+            {{"weight_mib", weight_mib}, {"huge_page_mib", huge_mib}}, log::TextPrefix::Named("pdserve"));
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));
   log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
                             OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
