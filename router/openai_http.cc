@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/log.h"
 #include "pdserve/v1/generate.grpc.pb.h"
+#include "router/client_disconnect.h"
 #include "router/openai_protocol.h"
 
 namespace pdserve {
@@ -89,6 +90,8 @@ class OpenAiHttpServer::Impl {
   bool Authorized(const httplib::Request& req, httplib::Response& res) const;
   void HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
   std::shared_ptr<RouterCall> StartCall(const httplib::Request& req, const pdserve::v1::GenerateRequest& generate);
+  std::unique_ptr<ClientDisconnectWatcher::Handle> WatchClient(const httplib::Request& req,
+                                                               const std::shared_ptr<RouterCall>& call);
   void SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call, httplib::Response& res);
   void SendStream(const OpenAiRequest& request, CompletionPiece piece, std::shared_ptr<RouterCall> call,
                   httplib::Response& res);
@@ -96,6 +99,7 @@ class OpenAiHttpServer::Impl {
   const OpenAiHttpOptions options_;
   std::unique_ptr<pdserve::v1::Generator::Stub> stub_;
   const ServedModel model_;
+  ClientDisconnectWatcher disconnects_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = -1;
   std::atomic<bool> listen_returned_{false};
@@ -199,6 +203,18 @@ std::shared_ptr<RouterCall> OpenAiHttpServer::Impl::StartCall(const httplib::Req
   return call;
 }
 
+// Until the handler has something to write, a client that closes its
+// connection is noticed only by watching the socket: then the call is
+// cancelled (TryCancel only: the handler's blocked Read returns and it
+// finishes the call). No socket found (an address format not matched):
+// the request runs to its end as before.
+std::unique_ptr<ClientDisconnectWatcher::Handle> OpenAiHttpServer::Impl::WatchClient(
+    const httplib::Request& req, const std::shared_ptr<RouterCall>& call) {
+  const absl::StatusOr<int> fd = FindAcceptedSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (!fd.ok()) return nullptr;
+  return disconnects_.Watch(*fd, [call] { call->context.TryCancel(); });
+}
+
 void OpenAiHttpServer::Impl::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& req,
                                             httplib::Response& res) {
   if (!Authorized(req, res)) return;
@@ -212,6 +228,7 @@ void OpenAiHttpServer::Impl::HandleGenerate(OpenAiEndpoint endpoint, const httpl
   if (!request.seed_given) request.generate.mutable_sampling()->set_seed(Random64());
   res.set_header("X-Request-Id", piece.id);
   std::shared_ptr<RouterCall> call = StartCall(req, request.generate);
+  const auto watch = WatchClient(req, call);  // until this handler returns (a stream's writes notice it after)
   // The first message (or the call's failure) picks the HTTP status; an
   // error after it can only travel inside the stream.
   if (!call->reader->Read(&call->first)) return SendError(res, ErrorFromGrpc(call->Finish(), endpoint));

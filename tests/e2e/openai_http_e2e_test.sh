@@ -3,8 +3,8 @@
 # curl as the client: completions (text and token ids), chat through the
 # shipped model's chat template, SSE streaming (curl -N) ending in [DONE],
 # include_usage, /v1/models, /health, /metrics, the 400/404/401 errors, a
-# client that disconnects mid-stream (the decode worker's KV is back to 0
-# within 1 s), and HTTPS with an API key (a self-signed certificate made by
+# client that disconnects mid-stream or before anything was written (the
+# decode worker's KV is back to 0 within 1 s), and HTTPS with an API key (a self-signed certificate made by
 # openssl here).
 # Usage: openai_http_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -135,6 +135,22 @@ oks=$(sed -n 's/^pdserve_router_requests_total{code="OK",model="[^"]*"} //p' "$W
 [ "${oks:-0}" -ge 6 ] || fail "router counted ${oks:-0} OK requests, want >= 6"
 ok "/metrics; the router counted the HTTP requests ($oks OK)"
 
+# leave_and_wait_kv_free PID: kills the client PID, then waits up to 1 s for
+# the decode worker's KV to be free; sets elapsed_ms.
+leave_and_wait_kv_free() {
+  kill -KILL "$1"
+  wait "$1" 2>/dev/null || true
+  local start used
+  start=$(date +%s%N)
+  while :; do
+    used=$(metric pdserve_decode_kv_bytes_used)
+    elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+    [ "$used" = 0 ] && break
+    [ "$elapsed_ms" -lt 1000 ] || fail "decode KV still $used bytes ${elapsed_ms} ms after the client left"
+    sleep 0.02
+  done
+}
+
 # A client that goes away mid-stream: the call is cancelled down to the
 # decode worker, whose KV is free again within 1 s.
 curl -sN -H 'Content-Type: application/json' -o "$WORK/long" "http://127.0.0.1:$HTTP/v1/completions" \
@@ -145,18 +161,30 @@ for _ in $(seq 1 200); do [ "$(chunks)" -ge 3 ] && break; sleep 0.05; done
 [ "$(chunks)" -ge 3 ] || fail "the long stream sent $(chunks) chunks"
 used=$(metric pdserve_decode_kv_bytes_used)
 [ "${used:-0}" -gt 0 ] || fail "decode KV in use is ${used:-?} during the stream"
-kill -KILL "$CURL"
-wait "$CURL" 2>/dev/null || true
-start=$(date +%s%N)
-while :; do
-  used=$(metric pdserve_decode_kv_bytes_used)
-  elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-  [ "$used" = 0 ] && break
-  [ "$elapsed_ms" -lt 1000 ] || fail "decode KV still $used bytes ${elapsed_ms} ms after the client left"
-  sleep 0.02
-done
+leave_and_wait_kv_free "$CURL"
 grep -q "CANCELLED" "$WORK/local.log" || fail "the router did not log the request as CANCELLED"
 ok "client gone mid-stream: decode KV back to 0 in ${elapsed_ms} ms"
+
+# A client that goes away before anything is written (no streaming: the
+# handler waits for the whole completion): the watcher sees the closed
+# socket and cancels the call. Without it the request would run its 4,000
+# tokens and be logged OK.
+cancelled_before=$(grep -c "CANCELLED" "$WORK/local.log" || true)
+curl -s -H 'Content-Type: application/json' -o /dev/null "http://127.0.0.1:$HTTP/v1/completions" \
+  -d '{"prompt": "Hello", "max_tokens": 4000, "ignore_eos": true}' &
+CURL=$!
+for _ in $(seq 1 200); do
+  used=$(metric pdserve_decode_kv_bytes_used)
+  [ "${used:-0}" -gt 0 ] && break
+  sleep 0.02
+done
+used=$(metric pdserve_decode_kv_bytes_used)
+[ "${used:-0}" -gt 0 ] || fail "decode KV in use is ${used:-?} during the non-streaming request"
+leave_and_wait_kv_free "$CURL"
+for _ in $(seq 1 50); do [ "$(grep -c "CANCELLED" "$WORK/local.log" || true)" -gt "$cancelled_before" ] && break; sleep 0.1; done
+[ "$(grep -c "CANCELLED" "$WORK/local.log" || true)" -gt "$cancelled_before" ] ||
+  fail "the router did not log the non-streaming request as CANCELLED"
+ok "client gone before the first write (no streaming): call cancelled, decode KV back to 0 in ${elapsed_ms} ms"
 stop_local_stack
 
 # pdserve-router in front of separate worker processes: the same greedy
