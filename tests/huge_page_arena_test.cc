@@ -48,6 +48,7 @@ TEST(HugePageArenaTest, SmallTensorsStayWhereTheyAre) {
   HugePageArena arena;
   const at::Tensor t = at::randn({768});  // a norm weight: 3 KiB
   EXPECT_EQ(arena.Copy(t).data_ptr(), t.data_ptr());
+  EXPECT_FALSE(arena.Copy(at::Tensor()).defined());  // an unset slot (e.g. a tied head) stays unset
 }
 
 TEST(HugePageArenaTest, CopiesOutliveTheArenaAndDoNotOverlap) {

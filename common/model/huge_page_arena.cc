@@ -47,8 +47,9 @@ std::shared_ptr<HugePageArena::Chunk> HugePageArena::NewChunk(size_t bytes) {
 }
 
 at::Tensor HugePageArena::Copy(const at::Tensor& t) {
+  if (!t.defined()) return t;
   const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  if (bytes < kMinBytes || !t.defined()) return t;
+  if (bytes < kMinBytes) return t;
   std::shared_ptr<Chunk> chunk;
   size_t offset = 0;
   if (bytes > chunk_bytes_ / 2) {
