@@ -83,14 +83,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   LoadOptions lo;
   lo.weights_dtype = options.weights_dtype;
   ASSIGN_OR_RETURN(ModelWeights w, LoadCheckpoint(dir, lo));
-  const int64_t weight_mib = WeightBytes(w) >> 20, huge_mib = AnonHugePageBytes() >> 20;
+  const int64_t weight_mib = WeightBytes(w) >> 20;
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));  // the Transformer places them
+  const int64_t huge_mib = AnonHugePageBytes() >> 20;
   log::Info(absl::StrFormat("weights %d MiB; process memory on 2 MiB pages: %d MiB%s", weight_mib,
                             std::max<int64_t>(huge_mib, 0),
                             !HugePagesEnabled() ? " (PDSERVE_HUGE_PAGES=0)"
                             : huge_mib <= 0     ? " (transparent huge pages unavailable: weights on 4 KiB pages)"
                                                 : ""),
             {{"weight_mib", weight_mib}, {"huge_page_mib", huge_mib}}, log::TextPrefix::Named("pdserve"));
-  auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));
   log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
                             OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
             {{"threads", at::get_num_threads()}}, log::TextPrefix::Named("pdserve"));

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model/huge_page_arena.h"
 #include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -48,11 +47,6 @@ absl::Status CompareConfigs(const ModelConfig& want, const ModelConfig& got) {
   return absl::OkStatus();
 }
 
-// On huge pages unless PDSERVE_HUGE_PAGES=0 (huge_page_arena.h).
-at::Tensor PlaceForDecode(HugePageArena* arena, const at::Tensor& t) {
-  return HugePagesEnabled() ? arena->Copy(t) : t;
-}
-
 }  // namespace
 
 absl::Status ValidateCheckpoint(const SafetensorsFile& file, const ModelConfig& config) {
@@ -83,10 +77,7 @@ at::Tensor ConvertWeight(const at::Tensor& t, bool matmul, WeightsDtype dtype) {
 }
 
 void ConvertWeights(ModelWeights* w, WeightsDtype dtype) {
-  HugePageArena arena;
-  for (NamedTensor& nt : NamedTensors(w)) {
-    *nt.tensor = PlaceForDecode(&arena, ConvertWeight(*nt.tensor, nt.is_matmul_weight, dtype));
-  }
+  for (NamedTensor& nt : NamedTensors(w)) *nt.tensor = ConvertWeight(*nt.tensor, nt.is_matmul_weight, dtype);
 }
 
 absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOptions& options) {
@@ -102,7 +93,6 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
 
   ModelWeights w;
   w.config = config;
-  HugePageArena arena;
   try {
     for (NamedTensor& nt : NamedTensors(&w)) {
       const StTensorView& v = *file->Find(nt.name);
@@ -110,7 +100,7 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
       // dtype conversion only when the stored dtype differs.
       at::Tensor raw = at::empty(nt.shape, at::TensorOptions().dtype(ToScalarType(v.dtype)));
       std::memcpy(raw.data_ptr(), v.data, v.nbytes);
-      *nt.tensor = PlaceForDecode(&arena, ConvertWeight(raw, nt.is_matmul_weight, options.weights_dtype));
+      *nt.tensor = ConvertWeight(raw, nt.is_matmul_weight, options.weights_dtype);
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("converting '", dir, "' failed: ", e.what_without_backtrace()));

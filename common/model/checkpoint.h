@@ -24,8 +24,6 @@ enum class WeightsDtype {
 at::Tensor ConvertWeight(const at::Tensor& t, bool matmul, WeightsDtype dtype);
 
 // ConvertWeight over every tensor of `w` (random weights in tools/benches).
-// Like LoadCheckpoint, it then copies every tensor of 64 KiB or more onto
-// transparent huge pages (huge_page_arena.h; PDSERVE_HUGE_PAGES=0: not).
 void ConvertWeights(ModelWeights* w, WeightsDtype dtype);
 
 struct LoadOptions {
@@ -34,8 +32,7 @@ struct LoadOptions {
   const ModelConfig* expected_config = nullptr;
 };
 
-// Loads DIR/config.json and DIR/model.safetensors; the tensors land on huge
-// pages as in ConvertWeights. Errors:
+// Loads DIR/config.json and DIR/model.safetensors. Errors:
 // - NotFound: the directory, config or safetensors file is missing;
 // - InvalidArgument: a bad config field, or a config that differs from
 //   `expected_config` (naming the field);

@@ -1,5 +1,6 @@
 #include "common/model/huge_page_arena.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <ATen/ATen.h>
@@ -78,6 +79,12 @@ bool HugePagesEnabled() {
   }();
   return on;
 }
+
+at::Tensor PlaceOnHugePages(HugePageArena* arena, const at::Tensor& t) {
+  return HugePagesEnabled() ? arena->Copy(t) : t;
+}
+
+void ReleaseFreedHeap() { malloc_trim(0); }
 
 int64_t AnonHugePageBytes() {
   std::ifstream in("/proc/self/smaps_rollup");

@@ -10,8 +10,14 @@
 // memory stays on 4 KiB pages.
 //
 //   HugePageArena::Copy    a contiguous copy of a tensor in the arena
+//   PlaceOnHugePages       Copy, unless PDSERVE_HUGE_PAGES=0
 //   HugePagesEnabled       PDSERVE_HUGE_PAGES (unset or 1: on; 0: off)
+//   ReleaseFreedHeap       give the heap freed by the copied tensors back
 //   AnonHugePageBytes      this process's anonymous memory on huge pages
+//
+// The Transformer places its weights once, after fusing them (q|kv,
+// gate|up): placing before the fusion would strand the pre-fusion copies in
+// chunks that other weights keep mapped.
 //
 // Failure: when the kernel refuses the mapping, or THP is "never", tensors
 // stay where they are or land on 4 KiB pages; nothing fails.
@@ -53,6 +59,13 @@ class HugePageArena {
 
 // False when PDSERVE_HUGE_PAGES is "0" (for A/B runs); read once.
 bool HugePagesEnabled();
+
+// arena->Copy(t) when HugePagesEnabled(), else t.
+at::Tensor PlaceOnHugePages(HugePageArena* arena, const at::Tensor& t);
+
+// malloc_trim(0): the tensors replaced by their copies were freed into
+// malloc's heap, which would keep the small ones resident.
+void ReleaseFreedHeap();
 
 // AnonHugePages of /proc/self/smaps_rollup in bytes; -1 when unreadable.
 int64_t AnonHugePageBytes();

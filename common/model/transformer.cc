@@ -13,6 +13,7 @@
 #include "common/model/decode_attention.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_tiles.h"
+#include "common/model/huge_page_arena.h"
 #include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -170,21 +171,30 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   if (training) return;
   at::NoGradGuard no_grad;
   const int64_t F = w_.config.expert_hidden;
+  // Fused products, then every weight decode streams on 2 MiB pages.
+  HugePageArena arena;
+  auto place = [&arena](at::Tensor* t) { *t = PlaceOnHugePages(&arena, *t); };
   for (LayerWeights& L : w_.layers) {
     Fused f;
-    f.qkv = at::cat({L.q_proj, L.kv_proj}, 0);
+    f.qkv = PlaceOnHugePages(&arena, at::cat({L.q_proj, L.kv_proj}, 0));
     L.q_proj = f.qkv.narrow(0, 0, L.q_proj.size(0));
     L.kv_proj = f.qkv.narrow(0, L.q_proj.size(0), L.kv_proj.size(0));
-    f.gate_up = at::cat({L.gate_proj, L.up_proj}, 1);
+    f.gate_up = PlaceOnHugePages(&arena, at::cat({L.gate_proj, L.up_proj}, 1));
     L.gate_proj = f.gate_up.narrow(1, 0, F);
     L.up_proj = f.gate_up.narrow(1, F, F);
     for (size_t j = 0; j < L.shared_gate.size(); ++j) {
-      f.shared.push_back(at::cat({L.shared_gate[j], L.shared_up[j]}, 0));
+      f.shared.push_back(PlaceOnHugePages(&arena, at::cat({L.shared_gate[j], L.shared_up[j]}, 0)));
       L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
       L.shared_up[j] = f.shared[j].narrow(0, F, F);
+      place(&L.shared_down[j]);
     }
+    place(&L.o_proj);
+    place(&L.down_proj);
     fused_.push_back(std::move(f));
   }
+  place(&w_.embed);
+  place(&w_.head);
+  ReleaseFreedHeap();
 }
 
 namespace {

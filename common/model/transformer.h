@@ -38,6 +38,8 @@ struct ForwardOptions {
 
 class Transformer {
  public:
+  // For inference (weights without requires_grad) it fuses q|kv and gate|up
+  // and puts the weights decode streams on 2 MiB pages (huge_page_arena.h).
   explicit Transformer(ModelWeights weights);
 
   const ModelConfig& config() const { return w_.config; }
