@@ -134,8 +134,7 @@ double MeasureReadBandwidth(double gib, int reps, double* checksum) {
   // On 2 MiB pages as the weights are (huge_page_arena.h); the copy of an
   // untouched buffer reads the zero page, so only the copy is resident.
   pdserve::HugePageArena arena;
-  at::Tensor buf = at::empty({n}, at::kFloat);
-  if (pdserve::HugePagesEnabled()) buf = arena.Copy(buf);
+  at::Tensor buf = pdserve::PlaceOnHugePages(&arena, at::empty({n}, at::kFloat));
   buf.fill_(1.0f);  // touch every page before timing
   double best = 0;
   for (int r = 0; r < reps; ++r) {
