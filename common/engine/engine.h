@@ -23,8 +23,8 @@ namespace pdserve {
 struct EngineOptions {
   WeightsDtype weights_dtype = WeightsDtype::kF32;
   KvCacheOptions kv;
-  int64_t prefill_chunk = 512;  // tokens per prefill forward
-  int num_threads = 0;          // intra-op threads; 0 = all cores
+  int64_t prefill_chunk = 2048;  // tokens per prefill forward (--prefill-chunk)
+  int num_threads = 0;           // intra-op threads; 0 = all cores
   // KV bytes the caller may reserve (a decode worker's --kv-budget-mb),
   // counted in Load's memory check; 0 for none.
   int64_t kv_budget_bytes = 0;

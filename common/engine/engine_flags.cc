@@ -17,7 +17,10 @@ ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.saf
 ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
-ABSL_FLAG(int64_t, prefill_chunk, 512, "Prefill chunk size in tokens.");
+ABSL_FLAG(int64_t, prefill_chunk, 2048,
+          "Prefill chunk size in tokens: prompt tokens per forward pass. Larger chunks run the expert GEMMs on more "
+          "rows per call (bf16 weights are widened once per chunk) at the cost of more activation memory and a "
+          "longer wait for a cancel to take effect (checked after every layer).");
 ABSL_FLAG(std::string, bf16_matmul, "auto",
           "Prefill GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
           "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (bf16 activations and outputs "

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemm_amx.h"
 #include "common/model/weights.h"
@@ -78,12 +79,13 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
   e.widened_f32_bytes = 4 * (2 * largest_buffered + unbuffered);
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
   // fp32 activations of one chunk (residual, norms, q/k/v, attention out,
-  // routed + shared expert hidden), the scores of a chunk against a chunk
-  // plus a window of keys, and the last row's logits; twice for temporaries.
+  // routed + shared expert hidden), the scores of one block of query rows
+  // (BlockedAttendWithSinks) against a chunk plus a window of keys, and the
+  // last row's logits; twice for temporaries.
   const int64_t T = std::max<int64_t>(1, prefill_chunk);
   const int64_t per_token = 4 * c.d_model + (2 * c.n_heads + 2 * c.n_kv_heads) * c.head_dim +
                             3 * c.expert_hidden * (c.top_k + c.n_shared_experts) + c.n_experts;
-  const int64_t scores = T * c.n_heads * (T + c.window);
+  const int64_t scores = std::min(T, kAttentionBlockRows) * c.n_heads * (T + c.window);
   e.workspace_bytes = 2 * 4 * (T * per_token + scores + c.vocab_size);
   return e;
 }

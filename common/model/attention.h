@@ -28,8 +28,9 @@ at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // so only the summation order of the products can differ. Keys must be in
 // position order (k_start + s). Differentiable; without autograd each
 // block's softmax runs in place on one scores buffer (same math).
+inline constexpr int64_t kAttentionBlockRows = 128;
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
-                                  int64_t block = 128);
+                                  int64_t block = kAttentionBlockRows);
 
 }  // namespace pdserve
