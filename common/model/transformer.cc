@@ -173,27 +173,27 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   const int64_t F = w_.config.expert_hidden;
   // Fused products, then every weight decode streams on 2 MiB pages.
   HugePageArena arena;
-  auto place = [&arena](at::Tensor* t) { *t = PlaceOnHugePages(&arena, *t); };
+  auto place = [&arena](const at::Tensor& t) { return PlaceOnHugePages(&arena, t); };
   for (LayerWeights& L : w_.layers) {
     Fused f;
-    f.qkv = PlaceOnHugePages(&arena, at::cat({L.q_proj, L.kv_proj}, 0));
+    f.qkv = place(at::cat({L.q_proj, L.kv_proj}, 0));
     L.q_proj = f.qkv.narrow(0, 0, L.q_proj.size(0));
     L.kv_proj = f.qkv.narrow(0, L.q_proj.size(0), L.kv_proj.size(0));
-    f.gate_up = PlaceOnHugePages(&arena, at::cat({L.gate_proj, L.up_proj}, 1));
+    f.gate_up = place(at::cat({L.gate_proj, L.up_proj}, 1));
     L.gate_proj = f.gate_up.narrow(1, 0, F);
     L.up_proj = f.gate_up.narrow(1, F, F);
     for (size_t j = 0; j < L.shared_gate.size(); ++j) {
-      f.shared.push_back(PlaceOnHugePages(&arena, at::cat({L.shared_gate[j], L.shared_up[j]}, 0)));
+      f.shared.push_back(place(at::cat({L.shared_gate[j], L.shared_up[j]}, 0)));
       L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
       L.shared_up[j] = f.shared[j].narrow(0, F, F);
-      place(&L.shared_down[j]);
+      L.shared_down[j] = place(L.shared_down[j]);
     }
-    place(&L.o_proj);
-    place(&L.down_proj);
+    L.o_proj = place(L.o_proj);
+    L.down_proj = place(L.down_proj);
     fused_.push_back(std::move(f));
   }
-  place(&w_.embed);
-  place(&w_.head);
+  w_.embed = place(w_.embed);
+  w_.head = place(w_.head);
   ReleaseFreedHeap();
 }
 
