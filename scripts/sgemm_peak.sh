@@ -4,7 +4,9 @@
 # threads. The compute ceiling for prefill and large-batch decode
 # (docs/benchmarks.md). Runs OpenBLAS's own kernel pick and, where that is
 # narrower than the CPU's vectors, the OPENBLAS_CORETYPE the pdserve binaries
-# set (common/util/blas_env.h): the peak pdserve actually gets.
+# set (common/util/blas_env.h): the peak pdserve actually gets. Where the
+# environment sets OPENBLAS_CORETYPE (some machine images do), the binaries
+# keep it, so that kernel's peak is run too.
 set -euo pipefail
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -39,7 +41,10 @@ picked=$(sed -n 's/^Core: //p' <<<"$own" | head -1)
 echo "OpenBLAS's own kernel pick: $picked"
 grep -v '^Core: ' <<<"$own"
 case $picked in SkylakeX|Cooperlake|SapphireRapids) want="" ;; Haswell|Zen) [[ $want == Haswell ]] && want="" ;; esac
-if [[ -n $want ]]; then
+if [[ -n ${OPENBLAS_CORETYPE:-} ]]; then
+  echo "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment (the pdserve binaries keep it):"
+  "$TMP/peak"
+elif [[ -n $want ]]; then
   echo "OPENBLAS_CORETYPE=$want (what the pdserve binaries set on this CPU):"
   OPENBLAS_CORETYPE=$want "$TMP/peak"
 fi

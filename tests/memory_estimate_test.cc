@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "common/engine/engine.h"
+#include "common/kv/mixed_kv_cache.h"
+#include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
 #include "common/model/weights.h"
@@ -35,7 +37,7 @@ fs::path TempDir(const std::string& name) {
 TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
   const ModelConfig c = Tiny();
   const ModelWeights w = RandomWeights(c, 1);
-  const MemoryEstimate f32 = EstimateMemory(c, WeightsDtype::kF32, 0, 512, Bf16Matmul::kWiden);
+  const MemoryEstimate f32 = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 512, Bf16Matmul::kWiden);
   EXPECT_EQ(f32.weights_f32_bytes, WeightBytes(w));
   EXPECT_EQ(f32.weights_bf16_bytes, 0);
   EXPECT_EQ(f32.widened_f32_bytes, 0);
@@ -46,7 +48,7 @@ TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
   lo.weights_dtype = WeightsDtype::kBF16;
   auto loaded = LoadCheckpoint(dir.string(), lo);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const MemoryEstimate bf16 = EstimateMemory(c, WeightsDtype::kBF16, 0, 512, Bf16Matmul::kWiden);
+  const MemoryEstimate bf16 = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 512, Bf16Matmul::kWiden);
   EXPECT_EQ(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, WeightBytes(*loaded));
   EXPECT_GT(bf16.weights_bf16_bytes, 0);
   EXPECT_LT(bf16.weights_f32_bytes + bf16.weights_bf16_bytes, f32.weights_f32_bytes);
@@ -64,29 +66,54 @@ TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {
   ModelConfig c = Tiny();
   c.vocab_size = 40;
   const auto copies = [&](Bf16Matmul path) {
-    return EstimateMemory(c, WeightsDtype::kBF16, 0, 64, path).widened_f32_bytes;
+    return EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, path).widened_f32_bytes;
   };
   EXPECT_EQ(copies(Bf16Matmul::kAmx), 0);
   EXPECT_EQ(copies(Bf16Matmul::kAmxSplit), 4 * 2 * c.vocab_size * c.d_model);  // buffered, one per thread
   EXPECT_EQ(copies(Bf16Matmul::kWiden), 4 * 2 * c.expert_hidden * c.d_model);
   c.vocab_size = 48;
   EXPECT_EQ(copies(Bf16Matmul::kAmxSplit), 0);
-  EXPECT_EQ(EstimateMemory(c, WeightsDtype::kF32, 0, 64, Bf16Matmul::kWiden).widened_f32_bytes, 0);
+  EXPECT_EQ(EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden).widened_f32_bytes, 0);
 }
 
 TEST(MemoryEstimateTest, KvBudgetAndWorkspaceAddUp) {
   const ModelConfig c = Tiny();
-  const MemoryEstimate a = EstimateMemory(c, WeightsDtype::kF32, 0, 64, Bf16Matmul::kWiden);
-  const MemoryEstimate b = EstimateMemory(c, WeightsDtype::kF32, int64_t{3} << 20, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate a = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate b =
+      EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, int64_t{3} << 20, 64, Bf16Matmul::kWiden);
   EXPECT_EQ(b.kv_budget_bytes, int64_t{3} << 20);
   EXPECT_EQ(b.total() - a.total(), int64_t{3} << 20);
   EXPECT_GT(a.workspace_bytes, 0);
-  EXPECT_GT(EstimateMemory(c, WeightsDtype::kF32, 0, 512, Bf16Matmul::kWiden).workspace_bytes, a.workspace_bytes);
+  EXPECT_GT(EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 512, Bf16Matmul::kWiden).workspace_bytes,
+            a.workspace_bytes);
   EXPECT_EQ(a.total(), a.weights_f32_bytes + a.workspace_bytes);
 }
 
+// The workspace covers the chunk that ends a max_context prompt: a global
+// layer's block of query rows scores against every key (fp32, plus a bool
+// mask and its negation), and bf16 K/V widened to fp32 for that chunk.
+TEST(MemoryEstimateTest, WorkspaceCoversTheLongestContext) {
+  ModelConfig c = Tiny();
+  const auto workspace = [&](KvDtype kv, int64_t chunk) {
+    return EstimateMemory(c, WeightsDtype::kF32, kv, 0, chunk, Bf16Matmul::kWiden).workspace_bytes;
+  };
+  const int64_t rows = std::min<int64_t>(512, kAttentionBlockRows), f32 = workspace(KvDtype::kF32, 512);
+  c.max_context += 1000;
+  EXPECT_EQ(workspace(KvDtype::kF32, 512) - f32, 1000 * rows * (4 * c.n_heads + 2));
+  EXPECT_EQ(workspace(KvDtype::kBF16, 512) - workspace(KvDtype::kF32, 512),
+            4 * 2 * c.max_context * c.n_kv_heads * c.head_dim);
+  // A chunk longer than the context still counts its own keys and window.
+  c.max_context = 16;
+  const int64_t short_context = workspace(KvDtype::kF32, 64);
+  c.max_context = 64 + c.window;
+  EXPECT_EQ(short_context, workspace(KvDtype::kF32, 64));
+  c.max_context += 1;
+  EXPECT_EQ(workspace(KvDtype::kF32, 64) - short_context, 64 * (4 * c.n_heads + 2));
+}
+
 TEST(MemoryEstimateTest, RefusalNamesTheNumbers) {
-  const MemoryEstimate e = EstimateMemory(Tiny(), WeightsDtype::kF32, int64_t{64} << 20, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate e =
+      EstimateMemory(Tiny(), WeightsDtype::kF32, KvDtype::kF32, int64_t{64} << 20, 64, Bf16Matmul::kWiden);
   EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{}).ok());  // no limit
   EXPECT_TRUE(CheckMemoryFits(e, MemoryLimit{e.total(), "test"}).ok());
   const absl::Status s = CheckMemoryFits(e, MemoryLimit{e.total() - 1, "/sys/fs/cgroup/memory.max"});
@@ -130,7 +157,8 @@ TEST(MemoryEstimateTest, EngineLoadRefusesBeforeReadingWeights) {
   ASSERT_TRUE(SaveCheckpoint(RandomWeights(c, 2), dir.string(), StDtype::kF32).ok());
   EngineOptions o;
   o.kv_budget_bytes = int64_t{256} << 20;
-  const MemoryEstimate e = EstimateMemory(c, o.weights_dtype, o.kv_budget_bytes, o.prefill_chunk, GetBf16Matmul());
+  const MemoryEstimate e =
+      EstimateMemory(c, o.weights_dtype, o.kv.dtype, o.kv_budget_bytes, o.prefill_chunk, GetBf16Matmul());
   // Fits without the KV budget, not with it.
   setenv(kMemoryLimitEnv, std::to_string(e.total() - e.kv_budget_bytes / 2).c_str(), 1);
   auto refused = Engine::Load(dir.string(), o);

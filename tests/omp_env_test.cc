@@ -90,6 +90,19 @@ TEST(OpenBlasCoreTest, AsWideAPickIsKept) {
   EXPECT_EQ(DecideBlas("Prescott", CpuFeatures{}), "");  // nothing wider to give
 }
 
+TEST(OpenBlasCoreTest, SummarySaysWhoChoseAndWhenTheEnvironmentNarrows) {
+  EXPECT_EQ(DescribeOpenBlas("", "", false, Avx512Cpu()), "no OpenBLAS");
+  EXPECT_EQ(DescribeOpenBlas("Cooperlake", "", false, Avx512Cpu()), "OpenBLAS Cooperlake");
+  EXPECT_EQ(DescribeOpenBlas("SkylakeX", "Prescott", false, Avx512Cpu()),
+            "OpenBLAS SkylakeX (pdserve set OPENBLAS_CORETYPE; OpenBLAS picked Prescott)");
+  EXPECT_EQ(DescribeOpenBlas("Haswell", "", true, Avx2Cpu()),
+            "OpenBLAS Haswell (OPENBLAS_CORETYPE from the environment)");
+  const std::string narrowed = DescribeOpenBlas("Haswell", "", true, Avx512Cpu());
+  EXPECT_EQ(narrowed.rfind("OpenBLAS Haswell (OPENBLAS_CORETYPE from the environment; narrower than this CPU", 0), 0u)
+      << narrowed;
+  EXPECT_NE(narrowed.find("unset it"), std::string::npos) << narrowed;
+}
+
 TEST(OpenBlasCoreTest, UserSettingAndMissingOpenBlasKeep) {
   EXPECT_EQ(DecideBlas("Prescott", Avx512Cpu(), {{"OPENBLAS_CORETYPE", "Prescott"}}), "");
   EXPECT_EQ(DecideBlas("Prescott", Avx512Cpu(), {{"OPENBLAS_CORETYPE", ""}}), "");  // set, even empty

@@ -37,7 +37,8 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   auto config = LoadModelConfig((std::filesystem::path(dir) / "config.json").string());
   if (!config.ok()) return absl::OkStatus();
   const MemoryEstimate estimate =
-      EstimateMemory(*config, options.weights_dtype, options.kv_budget_bytes, options.prefill_chunk, GetBf16Matmul());
+      EstimateMemory(*config, options.weights_dtype, options.kv.dtype, options.kv_budget_bytes,
+                     options.prefill_chunk, GetBf16Matmul());
   ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
   log::Info(DescribeMemory(estimate, limit), {}, log::TextPrefix::Named("pdserve"));
   return CheckMemoryFits(estimate, limit);

@@ -16,8 +16,9 @@
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
 ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
-ABSL_FLAG(int, threads, 0, "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
-ABSL_FLAG(int64_t, prefill_chunk, 2048,
+ABSL_FLAG(int, threads, pdserve::EngineOptions{}.num_threads,
+          "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
+ABSL_FLAG(int64_t, prefill_chunk, pdserve::EngineOptions{}.prefill_chunk,
           "Prefill chunk size in tokens: prompt tokens per forward pass. Larger chunks run the expert GEMMs on more "
           "rows per call (bf16 weights are widened once per chunk) at the cost of more activation memory and a "
           "longer wait for a cancel to take effect (checked after every layer).");

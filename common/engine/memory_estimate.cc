@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/kv/mixed_kv_cache.h"
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemm_amx.h"
@@ -55,8 +56,8 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
 
 }  // namespace
 
-MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
-                              int64_t prefill_chunk, Bf16Matmul bf16_matmul) {
+MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, KvDtype kv_dtype,
+                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul) {
   MemoryEstimate e;
   ModelWeights shapes;
   shapes.config = c;
@@ -79,14 +80,17 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
   e.widened_f32_bytes = 4 * (2 * largest_buffered + unbuffered);
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
   // fp32 activations of one chunk (residual, norms, q/k/v, attention out,
-  // routed + shared expert hidden), the scores of one block of query rows
-  // (BlockedAttendWithSinks) against a chunk plus a window of keys, and the
-  // last row's logits; twice for temporaries.
+  // routed + shared expert hidden) and the last row's logits, twice for
+  // temporaries; then attention on the chunk that ends the longest
+  // sequence (max_context): one block of query rows (BlockedAttendWithSinks)
+  // scores in place against every key of a global layer, with its boolean
+  // mask and that mask's negation, and bf16 K/V are widened to fp32 once.
   const int64_t T = std::max<int64_t>(1, prefill_chunk);
   const int64_t per_token = 4 * c.d_model + (2 * c.n_heads + 2 * c.n_kv_heads) * c.head_dim +
                             3 * c.expert_hidden * (c.top_k + c.n_shared_experts) + c.n_experts;
-  const int64_t scores = std::min(T, kAttentionBlockRows) * c.n_heads * (T + c.window);
-  e.workspace_bytes = 2 * 4 * (T * per_token + scores + c.vocab_size);
+  const int64_t S = std::max(T + c.window, c.max_context), rows = std::min(T, kAttentionBlockRows);
+  const int64_t widened_kv = kv_dtype == KvDtype::kBF16 ? 4 * 2 * S * c.n_kv_heads * c.head_dim : 0;
+  e.workspace_bytes = 2 * 4 * (T * per_token + c.vocab_size) + 4 * rows * c.n_heads * S + 2 * rows * S + widened_kv;
   return e;
 }
 

@@ -20,6 +20,7 @@
 namespace pdserve {
 
 enum class Bf16Matmul;  // common/model/bf16_matmul.h (kept out: it includes ATen)
+enum class KvDtype;     // common/kv/mixed_kv_cache.h (the same)
 
 struct MemoryEstimate {
   int64_t weights_f32_bytes = 0;   // tensors held in fp32
@@ -29,7 +30,7 @@ struct MemoryEstimate {
   // with the amx path, and with split for every shape its kernel takes.
   int64_t widened_f32_bytes = 0;
   int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
-  int64_t workspace_bytes = 0;     // activations of one prefill chunk
+  int64_t workspace_bytes = 0;     // one prefill chunk at max_context
   int64_t total() const {
     return weights_f32_bytes + weights_bf16_bytes + widened_f32_bytes + kv_budget_bytes + workspace_bytes;
   }
@@ -37,10 +38,14 @@ struct MemoryEstimate {
 
 // From the config's tensor shapes (no file read). `kv_budget_bytes` is the
 // KV the process may hold (the decode worker's --kv-budget-mb; 0 if none).
+// The workspace is that of a prefill chunk ending at max_context, the
+// longest prompt Engine accepts: a global layer's scores against all of it
+// (512 MiB for a block of 128 rows and 8 heads at 131072 keys) and, with
+// `kv_dtype` bf16, its K/V widened to fp32.
 // `bf16_matmul` is the prefill path of bf16 weights (GetBf16Matmul()): only
 // widen, and split for shapes its AMX kernel does not take, copy weights.
-MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, int64_t kv_budget_bytes,
-                              int64_t prefill_chunk, Bf16Matmul bf16_matmul);
+MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, KvDtype kv_dtype,
+                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul);
 
 struct MemoryLimit {
   int64_t bytes = -1;  // -1: no limit

@@ -43,14 +43,20 @@ std::string DecideOpenBlasCore(const std::string& current, const CpuFeatures& f,
 
 void NoteOpenBlasOverride(const std::string& picked) { g_picked = picked; }
 
-std::string OpenBlasSummary() {
-  const std::string core = OpenBlasCoreName();
+std::string DescribeOpenBlas(const std::string& core, const std::string& picked, bool env_set, const CpuFeatures& f) {
   if (core.empty()) return "no OpenBLAS";
-  if (!g_picked.empty()) return "OpenBLAS " + core + " (pdserve set OPENBLAS_CORETYPE; OpenBLAS picked " + g_picked + ")";
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
-    return "OpenBLAS " + core + " (OPENBLAS_CORETYPE from the environment)";
-  }
-  return "OpenBLAS " + core;
+  if (!picked.empty()) return "OpenBLAS " + core + " (pdserve set OPENBLAS_CORETYPE; OpenBLAS picked " + picked + ")";
+  if (!env_set) return "OpenBLAS " + core;
+  const bool narrower = !DecideOpenBlasCore(core, f, [](const char*) -> const char* { return nullptr; }).empty();
+  return "OpenBLAS " + core + " (OPENBLAS_CORETYPE from the environment" +
+         (narrower ? "; narrower than this CPU's vectors: fp32 GEMMs, prefill among them, run below the CPU's "
+                     "peak; unset it to let OpenBLAS pick)"
+                   : ")");
+}
+
+std::string OpenBlasSummary() {
+  return DescribeOpenBlas(OpenBlasCoreName(), g_picked, std::getenv("OPENBLAS_CORETYPE") != nullptr,
+                          HostCpuFeatures());
 }
 
 }  // namespace pdserve

@@ -7,7 +7,8 @@
 // re-execute themselves (ApplyLibraryEnv, omp_env.h).
 //   OpenBlasCoreName    the core the loaded OpenBLAS runs; "" without OpenBLAS
 //   DecideOpenBlasCore  the OPENBLAS_CORETYPE to set, or "" to keep (pure)
-//   OpenBlasSummary     the core in effect and who chose it, for logs
+//   DescribeOpenBlas    the core in effect and who chose it (pure)
+//   OpenBlasSummary     DescribeOpenBlas for this process, for logs
 #pragma once
 
 #include <functional>
@@ -36,8 +37,15 @@ std::string DecideOpenBlasCore(const std::string& current, const CpuFeatures& f,
 void NoteOpenBlasOverride(const std::string& picked);
 
 // E.g. "OpenBLAS SkylakeX (pdserve set OPENBLAS_CORETYPE; OpenBLAS picked
-// Prescott)", "OpenBLAS Cooperlake", "OpenBLAS Haswell (OPENBLAS_CORETYPE
-// from the environment)", "no OpenBLAS".
+// Prescott)" (`picked` non-empty), "OpenBLAS Cooperlake", "OpenBLAS Haswell
+// (OPENBLAS_CORETYPE from the environment)" (`env_set`), "no OpenBLAS"
+// (`core` empty). A core from the environment narrower than the CPU's
+// vectors (DecideOpenBlasCore would widen it) says so: an AVX-512 machine
+// with OPENBLAS_CORETYPE=Haswell runs sgemm at ~0.55x its peak.
+std::string DescribeOpenBlas(const std::string& core, const std::string& picked, bool env_set,
+                             const CpuFeatures& features);
+
+// DescribeOpenBlas of this process's OpenBLAS, override and environment.
 std::string OpenBlasSummary();
 
 }  // namespace pdserve
