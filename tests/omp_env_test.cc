@@ -4,6 +4,7 @@
 
 #include "common/util/blas_env.h"
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -50,6 +51,34 @@ TEST(OmpEnvTest, SummaryNamesTheSource) {
   setenv(kOmpYieldEnv, "0", 1);
   EXPECT_EQ(OmpWaitPolicySummary(), "libgomp default (spin; PDSERVE_OMP_YIELD=0)");
   unsetenv(kOmpYieldEnv);
+}
+
+std::string DecideMalloc(const std::map<std::string, std::string>& env) {
+  return DecideMallocTunables([&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(MallocEnvTest, HugePagesUnlessTheUserDecides) {
+  EXPECT_EQ(DecideMalloc({}), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(DecideMalloc({{"PDSERVE_HUGE_PAGES", "1"}}), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(DecideMalloc({{"PDSERVE_HUGE_PAGES", "0"}}), "");
+  EXPECT_EQ(DecideMalloc({{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}}), "");
+  EXPECT_EQ(DecideMalloc({{"GLIBC_TUNABLES", ""}}), "");  // set, even empty: the user's
+  EXPECT_EQ(DecideMalloc({{kOmpReexecEnv, "omp"}}), "");
+}
+
+TEST(MallocEnvTest, SummaryNamesTheSource) {
+  // Never re-executed here: a set GLIBC_TUNABLES is the environment's.
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::string saved = before != nullptr ? before : "";
+  unsetenv("GLIBC_TUNABLES");
+  EXPECT_EQ(MallocSummary(), "malloc on 4 KiB pages");
+  setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1);
+  EXPECT_EQ(MallocSummary(), "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (environment)");
+  if (before != nullptr) setenv("GLIBC_TUNABLES", saved.c_str(), 1);
+  else unsetenv("GLIBC_TUNABLES");
 }
 
 CpuFeatures Avx2Cpu() {

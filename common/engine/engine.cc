@@ -93,8 +93,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
                             : huge_mib <= 0     ? " (transparent huge pages unavailable: weights on 4 KiB pages)"
                                                 : ""),
             {{"weight_mib", weight_mib}, {"huge_page_mib", huge_mib}}, log::TextPrefix::Named("pdserve"));
-  log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s)", at::get_num_threads(), OmpWaitPolicySummary(),
-                            OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures())),
+  log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s), %s", at::get_num_threads(), OmpWaitPolicySummary(),
+                            OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures()),
+                            MallocSummary()),
             {{"threads", at::get_num_threads()}}, log::TextPrefix::Named("pdserve"));
   return engine;
 }

@@ -18,6 +18,9 @@ namespace {
 // markers are removed then, so that children start from the user's
 // environment).
 bool g_set_by_pdserve = false;
+bool g_malloc_by_pdserve = false;  // GLIBC_TUNABLES likewise
+
+constexpr char kMallocHugeTlb[] = "glibc.malloc.hugetlb=1";
 
 bool IsSet(const char* v) { return v != nullptr && v[0] != '\0'; }
 
@@ -46,10 +49,18 @@ OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>&
   return OmpWaitAction::kSetPassive;
 }
 
+std::string DecideMallocTunables(const std::function<const char*(const char*)>& getenv) {
+  if (IsSet(getenv(kOmpReexecEnv)) || getenv("GLIBC_TUNABLES") != nullptr) return "";
+  const char* huge = getenv("PDSERVE_HUGE_PAGES");
+  if (huge != nullptr && std::strcmp(huge, "0") == 0) return "";
+  return kMallocHugeTlb;
+}
+
 void ApplyLibraryEnv(char** argv) {
   const char* marker = std::getenv(kOmpReexecEnv);
   if (IsSet(marker)) {  // the re-executed process: note what was set, clear the markers
-    g_set_by_pdserve = std::strcmp(marker, "omp") == 0;
+    g_set_by_pdserve = std::strstr(marker, "omp") != nullptr;
+    g_malloc_by_pdserve = std::strstr(marker, "malloc") != nullptr;
     const char* picked = std::getenv(kOpenBlasPickedEnv);
     if (IsSet(picked)) NoteOpenBlasOverride(picked);
     unsetenv(kOmpReexecEnv);
@@ -60,10 +71,16 @@ void ApplyLibraryEnv(char** argv) {
   const bool omp = DecideOmpWaitPolicy(env) == OmpWaitAction::kSetPassive;
   const std::string picked = OpenBlasCoreName();
   const std::string blas = DecideOpenBlasCore(picked, HostCpuFeatures(), env);
-  if (!omp && blas.empty()) return;
-  const std::string what = omp && !blas.empty() ? "OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=" + blas
-                           : omp               ? std::string("OMP_WAIT_POLICY=passive")
-                                               : "OPENBLAS_CORETYPE=" + blas;
+  const std::string tunables = DecideMallocTunables(env);
+  if (!omp && blas.empty() && tunables.empty()) return;
+  std::string what, marker_value;
+  const auto add = [&](const std::string& setting, const char* marker_part) {
+    what += (what.empty() ? "" : " and ") + setting;
+    marker_value += (marker_value.empty() ? "" : ",") + std::string(marker_part);
+  };
+  if (omp) add("OMP_WAIT_POLICY=passive", "omp");
+  if (!blas.empty()) add("OPENBLAS_CORETYPE=" + blas, "blas");
+  if (!tunables.empty()) add("GLIBC_TUNABLES=" + tunables, "malloc");
   const std::string exe = SelfExe();
   if (exe.empty() || argv == nullptr || argv[0] == nullptr) {
     std::fprintf(stderr, "pdserve: cannot re-execute to set %s (binary path unknown); running without\n",
@@ -75,11 +92,13 @@ void ApplyLibraryEnv(char** argv) {
     setenv("OPENBLAS_CORETYPE", blas.c_str(), 1);
     setenv(kOpenBlasPickedEnv, picked.c_str(), 1);
   }
-  setenv(kOmpReexecEnv, omp ? "omp" : "blas", 1);
+  if (!tunables.empty()) setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+  setenv(kOmpReexecEnv, marker_value.c_str(), 1);
   execv(exe.c_str(), argv);
   const int err = errno;
   if (omp) unsetenv("OMP_WAIT_POLICY");
   if (!blas.empty()) unsetenv("OPENBLAS_CORETYPE");
+  if (!tunables.empty()) unsetenv("GLIBC_TUNABLES");
   unsetenv(kOpenBlasPickedEnv);
   unsetenv(kOmpReexecEnv);
   std::fprintf(stderr, "pdserve: re-executing %s to set %s failed (%s); running without\n", exe.c_str(), what.c_str(),
@@ -96,6 +115,13 @@ std::string OmpWaitPolicySummary() {
   const char* yield = std::getenv(kOmpYieldEnv);
   if (yield != nullptr && std::strcmp(yield, "0") == 0) return "libgomp default (spin; PDSERVE_OMP_YIELD=0)";
   return "libgomp default (spin)";
+}
+
+std::string MallocSummary() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr) return "malloc on 4 KiB pages";
+  if (g_malloc_by_pdserve && std::strcmp(tunables, kMallocHugeTlb) == 0) return "malloc on 2 MiB pages (pdserve default)";
+  return std::string("GLIBC_TUNABLES=") + tunables + " (environment)";
 }
 
 }  // namespace pdserve

@@ -10,8 +10,15 @@
 //                         and OPENBLAS_CORETYPE where needed, and then
 //                         re-executes the binary once
 //   OmpWaitPolicySummary  the policy in effect and who chose it, for logs
+//   DecideMallocTunables  glibc malloc on 2 MiB pages (pure; tested)
+//   MallocSummary         whether it is, and who chose it, for logs
 // The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins; PDSERVE_OMP_YIELD=0
-// keeps libgomp's default (spinning).
+// keeps libgomp's default (spinning). The same re-execution sets
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc >= 2.35 reads it at start):
+// malloc then asks for transparent huge pages on its large blocks, so a
+// prefill's activations (fresh blocks of tens of MiB per layer) fault in 2
+// MiB at a time instead of 4 KiB; a user's GLIBC_TUNABLES or
+// PDSERVE_HUGE_PAGES=0 keeps glibc's default.
 #pragma once
 
 #include <functional>
@@ -19,8 +26,9 @@
 
 namespace pdserve {
 
-// Set on the re-executed process (and removed by it): the loop guard;
-// "omp" when OMP_WAIT_POLICY was set, "blas" when only OPENBLAS_CORETYPE.
+// Set on the re-executed process (and removed by it): the loop guard; what
+// was set, comma-separated: "omp" (OMP_WAIT_POLICY), "blas"
+// (OPENBLAS_CORETYPE), "malloc" (GLIBC_TUNABLES).
 inline constexpr char kOmpReexecEnv[] = "PDSERVE_OMP_REEXEC";
 // "0" opts out of the passive default.
 inline constexpr char kOmpYieldEnv[] = "PDSERVE_OMP_YIELD";
@@ -35,9 +43,15 @@ enum class OmpWaitAction {
 // process; kKeep otherwise. `getenv` returns nullptr for an unset variable.
 OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>& getenv);
 
+// The GLIBC_TUNABLES value to set, or "" to keep: "glibc.malloc.hugetlb=1"
+// unless GLIBC_TUNABLES is set at all, PDSERVE_HUGE_PAGES is "0" or this is
+// the re-executed process.
+std::string DecideMallocTunables(const std::function<const char*(const char*)>& getenv);
+
 // Call first in main (before any thread starts; argv as main got it, with
 // argv[argc] == nullptr). On kSetPassive sets OMP_WAIT_POLICY=passive, and
-// where DecideOpenBlasCore says so OPENBLAS_CORETYPE; then execs the binary
+// where DecideOpenBlasCore says so OPENBLAS_CORETYPE, and GLIBC_TUNABLES
+// where DecideMallocTunables says so; then execs the binary
 // (its /proc/self/exe target, so the process name stays) with the same argv
 // and pid, once; does not return then. If exec fails it prints one line on
 // stderr, restores the environment and returns.
@@ -46,5 +60,9 @@ void ApplyLibraryEnv(char** argv);
 // E.g. "OMP_WAIT_POLICY=passive (pdserve default)", "OMP_WAIT_POLICY=active
 // (environment)", "libgomp default (spin; PDSERVE_OMP_YIELD=0)".
 std::string OmpWaitPolicySummary();
+
+// "malloc on 2 MiB pages (pdserve default)", "GLIBC_TUNABLES=... (environment)"
+// or "malloc on 4 KiB pages".
+std::string MallocSummary();
 
 }  // namespace pdserve

@@ -13,7 +13,8 @@ SERVER=
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 GEN=$BUILD/clients/pdserve-generate
-unset OMP_WAIT_POLICY GOMP_SPINCOUNT OPENBLAS_CORETYPE PDSERVE_OMP_YIELD PDSERVE_ISA PDSERVE_MEMORY_LIMIT_BYTES OMP_NUM_THREADS
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT OPENBLAS_CORETYPE PDSERVE_OMP_YIELD PDSERVE_ISA PDSERVE_MEMORY_LIMIT_BYTES OMP_NUM_THREADS \
+  GLIBC_TUNABLES PDSERVE_HUGE_PAGES
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 3 --out "$TMP/m" >/dev/null 2>&1
 gen() { "$GEN" --model "$TMP/m" --prompt-ids 1,2,3 --max-new-tokens 4 "$@"; }
 # err_has PATTERN: the last gen's stderr (in $TMP/err) matches.
@@ -33,6 +34,15 @@ OMP_WAIT_POLICY=active gen >/dev/null 2>"$TMP/err"; err_has "OMP_WAIT_POLICY=act
 GOMP_SPINCOUNT=1000 gen >/dev/null 2>"$TMP/err"; err_has "GOMP_SPINCOUNT=1000 (environment)"
 PDSERVE_OMP_YIELD=0 gen >/dev/null 2>"$TMP/err"; err_has "libgomp default (spin; PDSERVE_OMP_YIELD=0)"
 [ "$(PDSERVE_OMP_YIELD=0 gen 2>/dev/null)" == "$same" ] || fail "tokens differ with spinning threads"
+
+echo "--- malloc on 2 MiB pages by default; the user's GLIBC_TUNABLES and PDSERVE_HUGE_PAGES=0 win"
+gen >/dev/null 2>"$TMP/err"; err_has "malloc on 2 MiB pages (pdserve default)"
+OMP_WAIT_POLICY=active gen >/dev/null 2>"$TMP/err"; err_has "malloc on 2 MiB pages (pdserve default)"
+err_has "OMP_WAIT_POLICY=active (environment)"
+GLIBC_TUNABLES=glibc.malloc.arena_max=4 gen >/dev/null 2>"$TMP/err"
+err_has "GLIBC_TUNABLES=glibc.malloc.arena_max=4 (environment)"
+PDSERVE_HUGE_PAGES=0 gen >/dev/null 2>"$TMP/err"; err_has "malloc on 4 KiB pages"
+[ "$(PDSERVE_HUGE_PAGES=0 gen 2>/dev/null)" == "$same" ] || fail "tokens differ with malloc on 4 KiB pages"
 
 echo "--- OpenBLAS runs kernels as wide as the CPU's vectors (0.3.21 falls back to SSE3 on models it does not know)"
 gen >/dev/null 2>"$TMP/err"
