@@ -1,6 +1,8 @@
 // pdserve-int8-quality: how closely quantized weights follow fp32 on random
 // weights of a config: logits cosine and greedy top-1 agreement over N
-// teacher-forced steps (common/engine/logits_agreement.h).
+// teacher-forced steps (common/engine/logits_agreement.h). The engine flags
+// apply (engine_flags.h): --dtype bf16 --bf16-matmul dot measures the
+// bf16-activation path.
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -9,7 +11,9 @@
 #include "absl/flags/flag.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
+#include "common/engine/engine_flags.h"
 #include "common/engine/logits_agreement.h"
+#include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
 #include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
@@ -71,7 +75,8 @@ void MatvecBench(const pdserve::ModelConfig& c, const std::vector<int64_t>& rows
 int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-int8-quality: logits cosine and top-1 agreement of bf16/int8 weights against f32.\n"
-                   "Usage: pdserve-int8-quality --config configs/small.json [--dtype int8] [--steps 1000]");
+                   "Usage: pdserve-int8-quality --config configs/small.json [--dtype int8] [--steps 1000]\n"
+                   "       [--bf16-matmul widen|dot|...] [--threads N]");
   auto cfg = pdserve::LoadModelConfig(absl::GetFlag(FLAGS_config));
   if (!cfg.ok()) pdserve::Die(cfg.status(), 2);
   if (!absl::GetFlag(FLAGS_matvec_rows).empty()) {
@@ -81,18 +86,24 @@ int main(int argc, char** argv) {
     MatvecBench(*cfg, *rows);
     return 0;
   }
+  auto options = pdserve::EngineOptionsFromCommandLine();  // --bf16-matmul, --threads
+  if (!options.ok()) pdserve::Die(options.status(), 2);
   auto dtype = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) pdserve::Die(dtype.status(), 2);
   pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
   pdserve::ModelWeights wq = w;
   pdserve::ConvertWeights(&wq, *dtype);
-  auto ref = pdserve::Engine::FromWeights(std::move(w)), test = pdserve::Engine::FromWeights(std::move(wq));
+  auto ref = pdserve::Engine::FromWeights(std::move(w), *options);
+  auto test = pdserve::Engine::FromWeights(std::move(wq), *options);
   std::vector<int64_t> prompt;
   for (int64_t i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) prompt.push_back((i * 131 + 7) % cfg->vocab_size);
   auto r = pdserve::CompareGreedy(*ref, *test, prompt, absl::GetFlag(FLAGS_steps));
   if (!r.ok()) pdserve::Die(r.status(), 1);
-  std::printf("%s, %s vs f32, seed %llu: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
+  std::printf("%s, %s%s vs f32, seed %llu: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
               cfg->name.c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
+              *dtype == pdserve::WeightsDtype::kBF16
+                  ? (std::string(" (bf16 matmul ") + pdserve::Bf16MatmulName(pdserve::GetBf16Matmul()) + ")").c_str()
+                  : "",
               static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)), static_cast<long long>(r->steps),
               r->min_cosine, r->mean_cosine, static_cast<long long>(r->top1_agree), static_cast<long long>(r->steps),
               100.0 * r->top1_rate());

@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
       "running pdserve stack (Generate with token_ids = the same prompt, max_new_tokens = 1, greedy).\n"
       "Usage: pdserve-ttft-bench --model DIR [--router HOST:PORT] [--prompt-lens 128,512,1024,2048]\n"
       "       [--trials 3] [--kv-dtype f32|bf16] [--weights-dtype f32|bf16|int8] [--threads N] [--prefill-chunk N]\n"
-      "       [--bf16-matmul auto|widen|split|amx] [--csv-out FILE] [--deadline-s 600]\n"
+      "       [--bf16-matmul auto|widen|split|amx|dot] [--csv-out FILE] [--deadline-s 600]\n"
       "Prompts are the ids (i*7919 + 13) % vocab_size, i in [0, len). Every value is the median over\n"
       "--trials, after one untimed warmup of the shortest prompt per mode. Columns: single = in-process\n"
       "TTFT; disagg = the router's Usage.ttft_ns (request in to first token out); client = call start to\n"

@@ -20,7 +20,9 @@
 #   report           scripts/bench_vs_llamacpp_report.py: markdown table + PNG
 # Rows: decode batch 1 at depth 32 (F32, BF16), decode at depth 4096 and 32768 (BF16; group
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
-# (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a).
+# (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
+# AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
+# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
 # depth 32768 too) and the faster kept; the CSV keeps both.
 #
@@ -111,6 +113,10 @@ make_models() {
 # The help text is read whole: with `| grep -q` and pipefail, grep's early exit could SIGPIPE the
 # bench and turn a yes into a no (it dropped every pdserve int8 row of one run).
 pd_int8_supported() { [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *int8* ]]; }
+# --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
+bf16_dot_supported() {
+  grep -qw avx512_bf16 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
+}
 
 # record ROUND ROW SIDE TOOL SETTING < "tok/s" lines (one per value)
 record() {
@@ -154,10 +160,11 @@ llama_batched() {
 # pd_decode ROUND ROW DTYPE DEPTH NEW: pdserve-decode-bench, batch 1, tok/s over NEW tokens.
 pd_decode() {
   local round=$1 row=$2 dt=$3 depth=$4 new=$5
-  local out=$LOGS/r${round}_${row}_pd_decode${PDSERVE_Q8_KERNEL:-}.log bw=(--bw-gbs "$BW_GBS")
+  local out=$LOGS/r${round}_${row}_pd_decode${PDSERVE_Q8_KERNEL:-}${PD_BF16_MATMUL:-}.log bw=(--bw-gbs "$BW_GBS")
   [[ $BW_GBS == 0 ]] && bw=()
   "$PD/pdserve-decode-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
     --threads "$THREADS" --prompt-len "$depth" --new-tokens "$new" --no-cache-max 0 \
+    --bf16-matmul "${PD_BF16_MATMUL:-auto}" \
     --parity-tokens "$([[ $depth -le 512 ]] && echo 1 || echo 0)" "${bw[@]}" >"$out" 2>&1
   if [[ $BW_GBS == 0 ]]; then
     BW_GBS=$($PY "$REPORT" parse bandwidth "$out")
@@ -168,19 +175,21 @@ pd_decode() {
 
 # pd_step ROUND ROW DTYPE BATCH: pdserve-step-bench (engine DecodeStep), output tok/s.
 pd_step() {
-  local round=$1 row=$2 dt=$3 b=$4 out=$LOGS/r${1}_${2}_pd_step${PDSERVE_Q8_KERNEL:-}.log
+  local round=$1 row=$2 dt=$3 b=$4 out=$LOGS/r${1}_${2}_pd_step${PDSERVE_Q8_KERNEL:-}${PD_BF16_MATMUL:-}.log
   "$PD/pdserve-step-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
-    --threads "$THREADS" --batch-sizes "$b" --steps 32 --prompt-len 32 >"$out" 2>&1
+    --threads "$THREADS" --batch-sizes "$b" --steps 32 --prompt-len 32 \
+    --bf16-matmul "${PD_BF16_MATMUL:-auto}" >"$out" 2>&1
   $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b${PD_TOOL_SUFFIX:-}" "kv=bf16"
 }
 
 # pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens.
 pd_prefill() {
-  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd.csv len ts
+  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd${PD_BF16_MATMUL:-}.csv len ts
   "$PD/pdserve-ttft-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
-    --threads "$THREADS" --prompt-lens 512,4096 --trials 1 --csv-out "$out" >/dev/null 2>&1
+    --threads "$THREADS" --prompt-lens 512,4096 --trials 1 --bf16-matmul "${PD_BF16_MATMUL:-auto}" \
+    --csv-out "$out" >/dev/null 2>&1
   $PY "$REPORT" parse ttft "$out" | while read -r len ts; do
-    echo "$ts" | record "$round" "prefill_${len}_$dt" pdserve pdserve-ttft-bench "kv=bf16"
+    echo "$ts" | record "$round" "prefill_${len}_$dt" pdserve "pdserve-ttft-bench${PD_TOOL_SUFFIX:-}" "kv=bf16"
   done
 }
 
@@ -195,6 +204,12 @@ run_decode_rows() {
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
+  if bf16_dot_supported; then
+    PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_bf16 bf16 32 64
+    PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_d32_bf16 bf16 1
+    PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d4096_bf16 bf16 4096 32
+    PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_b16_bf16 bf16 16
+  fi
 }
 
 # Depth 32768 (its own group: each side prefills 32768 tokens first).
@@ -212,6 +227,7 @@ run_prefill_rows() {
     llama_bench "$r" "prefill_4096_$dt" "$dt" on,off -p 4096 -n 0 --no-warmup
     pd_prefill "$r" "$dt"
   done
+  if bf16_dot_supported; then PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_prefill "$r" bf16; fi
 }
 
 # llama.cpp's Q8_0 kernels use AMX tiles where the CPU lists AMX, and SIGILL where the kernel

@@ -133,6 +133,18 @@ ROWS = [
     ("decode_b16_q8", "pdserve-step-bench B=16 dot", "decode, 16 sequences, Q8_0 vs pdserve int8 dot kernel", 2.0,
      ("q8", 32, 32, 16)),
     ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
+    # pdserve --bf16-matmul dot (activations rounded to bf16, as llama.cpp's BF16 path; opt-in, AVX512-BF16
+    # CPUs only: rows without a pdserve value where the CPU lacks it).
+    ("decode_d32_bf16", "pdserve-decode-bench dot", "decode, batch 1, depth 32, BF16, pdserve dot", 1.15,
+     ("bf16", 32, 64, 1)),
+    ("decode_d32_bf16", "pdserve-step-bench B=1 dot", "decode, batch 1, depth 32, BF16 (step B=1), pdserve dot",
+     1.15, ("bf16", 32, 32, 1)),
+    ("decode_d4096_bf16", "pdserve-decode-bench dot", "decode at depth 4096, BF16, pdserve dot", 1.5,
+     ("bf16", 4096, 32, 1)),
+    ("decode_b16_bf16", "pdserve-step-bench B=16 dot", "decode, 16 sequences, BF16, pdserve dot", 2.0,
+     ("bf16", 32, 32, 16)),
+    ("prefill_512_bf16", "pdserve-ttft-bench dot", "prefill 512 tokens, BF16, pdserve dot", 2.5, None),
+    ("prefill_4096_bf16", "pdserve-ttft-bench dot", "prefill 4096 tokens, BF16, pdserve dot", 2.5, None),
 ]
 DEPTH_ROWS = {"decode_d4096_bf16", "decode_d32768_bf16"}
 FLOOR_FACTOR = 1.3  # depth rows: pdserve within 1.3x of the floor

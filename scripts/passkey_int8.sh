@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Passkey accuracy of the trained passkey model with bf16 against int8
-# weights, one pdserve-local per dtype (router + prefill + decode in one
-# process), the same trials (same seed) for both.
-# Usage: scripts/passkey_int8.sh [MODEL] [OUT] [LENGTHS] [TRIALS] [POSITIONS]
+# weights, one pdserve-local per variant (router + prefill + decode in one
+# process), the same trials (same seed) for each.
+# Usage: [VARIANTS="bf16 int8"] scripts/passkey_int8.sh [MODEL] [OUT] [LENGTHS] [TRIALS] [POSITIONS]
 #   defaults: models/passkey-4l build/passkey-int8 512,2048,4096 20 start,middle,end
+#   A variant is a weights dtype, optionally with a --bf16-matmul choice:
+#   VARIANTS="bf16 bf16:dot" compares exact bf16 with bf16 activations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/passkey-4l}
@@ -16,14 +18,18 @@ source scripts/bench_lib.sh
 mkdir -p "$OUT"
 PORT=${PDSERVE_PORT_BASE:-$((43000 + $$ % 8000))}
 export OMP_WAIT_POLICY=PASSIVE
-for dtype in bf16 int8; do
+for variant in ${VARIANTS:-bf16 int8}; do
+  dtype=${variant%%:*}
+  matmul=auto
+  [[ $variant == *:* ]] && matmul=${variant#*:}
+  tag=${variant/:/-}
   bench_spawn "$B/local/pdserve-local" --model "$MODEL" --port "$PORT" --weights-dtype "$dtype" --metrics-port -1 \
-    --http-listen= >"$OUT/local_$dtype.log" 2>&1
-  bench_await "$OUT/local_$dtype.log" "router on"
+    --bf16-matmul "$matmul" --http-listen= >"$OUT/local_$tag.log" 2>&1
+  bench_await "$OUT/local_$tag.log" "router on"
   for pos in ${POSITIONS//,/ }; do
-    echo "== $dtype $pos"
+    echo "== $variant $pos"
     "$B/clients/pdserve-passkey" --router "127.0.0.1:$PORT" --context-lengths "$LENGTHS" --n-trials "$TRIALS" \
-      --position "$pos" --seed 0 --concurrency 2 --json-out "$OUT/passkey_${dtype}_$pos.json" | tee "$OUT/passkey_${dtype}_$pos.txt"
+      --position "$pos" --seed 0 --concurrency 2 --json-out "$OUT/passkey_${tag}_$pos.json" | tee "$OUT/passkey_${tag}_$pos.txt"
   done
   bench_stop
 done

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "common/model/gemm_amx.h"
+#include "common/model/gemv_bf16dot.h"
+#include "common/model/gemv_kernels.h"
 #include "common/model/transformer.h"
 #include "common/util/cpu_features.h"
 
@@ -42,7 +44,15 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
     EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmxSplit).code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
   }
-  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx}) {
+  if (GemvBf16DotAvailable()) {
+    EXPECT_EQ(ParseBf16Matmul("dot").value(), Bf16Matmul::kDot);
+  } else {
+    const absl::Status parsed = ParseBf16Matmul("dot").status();
+    EXPECT_EQ(parsed.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(parsed.message().find("avx512_bf16"), std::string::npos) << parsed;
+    EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kDot).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot}) {
     const auto parsed = ParseBf16Matmul(Bf16MatmulName(mode));
     if (parsed.ok()) {
       EXPECT_EQ(*parsed, mode) << Bf16MatmulName(mode);
@@ -90,6 +100,27 @@ TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
   const at::Tensor split = Linear(x, w);
   EXPECT_TRUE(at::equal(split, LinearBf16Split(x, w)));
   EXPECT_FALSE(at::equal(split, LinearBf16Amx(x, w)));
+}
+
+// dot: every size of x goes through the one kernel, so a row's bits are the
+// same in a prefill GEMM, a decode batch or alone; and they are not the
+// exact product's (x really is rounded to bf16).
+TEST(Bf16MatmulTest, DotPathGivesARowTheSameBitsInPrefillAndDecode) {
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
+  ResetMode reset;
+  at::manual_seed(8);
+  const at::Tensor x = at::randn({70, 200}), w = at::randn({96, 200}).to(at::kBFloat16);
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
+  const at::Tensor prefill = Linear(x, w);  // 70 rows: past the decode kernels' 32
+  EXPECT_TRUE(at::equal(prefill, LinearBf16Dot(x, w)));
+  EXPECT_TRUE(at::equal(Linear(x.narrow(0, 5, 9), w), prefill.narrow(0, 5, 9)));  // a decode batch
+  EXPECT_TRUE(at::equal(Linear(x.narrow(0, 69, 1), w), prefill.narrow(0, 69, 1)));  // one sequence
+  const at::Tensor exact = LinearBf16Widened(x, w);
+  EXPECT_FALSE(at::equal(prefill, exact));
+  const at::Tensor rounded = LinearBf16Widened(x.to(at::kBFloat16).to(at::kFloat), w);
+  EXPECT_LT((prefill - rounded).abs().max().item<float>(), 1e-4f * rounded.abs().max().item<float>());
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
+  EXPECT_FALSE(at::equal(Linear(x.narrow(0, 69, 1), w), prefill.narrow(0, 69, 1)));  // widen: exact x
 }
 
 }  // namespace

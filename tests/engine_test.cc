@@ -1,6 +1,8 @@
 #include "common/engine/engine.h"
 #include "common/model/cache_layout.h"
 #include "common/model/bf16_matmul.h"
+#include "common/model/checkpoint.h"
+#include "common/model/gemv_bf16dot.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -170,32 +172,58 @@ TEST_F(EngineTest, ExportImportThenDecodeEqualsDecodingInPlace) {
 
 // Bit for bit: a sequence's tokens must not depend on which others share
 // its decode batch (the decode worker batches whatever is running).
-TEST_F(EngineTest, BatchedDecodeMatchesOneAtATimeExactly) {
-  constexpr int kB = 16;
+// kB sequences with prompts of different lengths decode 12 steps in one
+// batch and one at a time: every row of logits is bit-identical.
+void ExpectBatchedDecodeEqualsOneAtATime(const Engine& engine, int kB) {
   std::vector<std::unique_ptr<Sequence>> solo, batch;
   std::vector<int64_t> tokens;
   for (int i = 0; i < kB; ++i) {
-    solo.push_back(engine_->NewSequence());
-    batch.push_back(engine_->NewSequence());
+    solo.push_back(engine.NewSequence());
+    batch.push_back(engine.NewSequence());
     auto prompt = Prompt(2 + (7 * i) % 29, i);
-    ASSERT_TRUE(engine_->Prefill(solo.back().get(), prompt).ok());
-    ASSERT_TRUE(engine_->Prefill(batch.back().get(), prompt).ok());
+    ASSERT_TRUE(engine.Prefill(solo.back().get(), prompt).ok());
+    ASSERT_TRUE(engine.Prefill(batch.back().get(), prompt).ok());
     tokens.push_back(100 + i);
   }
   for (int step = 0; step < 12; ++step) {
     std::vector<Sequence*> all;
     for (auto& b : batch) all.push_back(b.get());
-    auto together = engine_->DecodeStep(all, tokens);
+    auto together = engine.DecodeStep(all, tokens);
     ASSERT_TRUE(together.ok()) << together.status();
     for (int i = 0; i < kB; ++i) {
-      auto alone = engine_->DecodeStep({solo[i].get()}, {tokens[i]});
+      auto alone = engine.DecodeStep({solo[i].get()}, {tokens[i]});
       ASSERT_TRUE(alone.ok());
       EXPECT_TRUE(at::equal(together->select(0, i), alone->select(0, 0)))
           << "seq " << i << " step " << step << ": max diff "
           << (together->select(0, i) - alone->select(0, 0)).abs().max().item<float>();
-      tokens[i] = engine_->Sample(alone->select(0, 0), {}, step);
+      tokens[i] = engine.Sample(alone->select(0, 0), {}, step);
     }
   }
+}
+
+TEST_F(EngineTest, BatchedDecodeMatchesOneAtATimeExactly) { ExpectBatchedDecodeEqualsOneAtATime(*engine_, 16); }
+
+// --bf16-matmul dot keeps batch invariance: one sequence's MoE runs the
+// per-token path (GemvRows), a batch the per-matrix one (LinearBf16Dot),
+// and both give the same bits. The mode really changes the logits.
+TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
+  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
+  ConvertWeights(&w, WeightsDtype::kBF16);
+  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
+  const auto last_logits = [&] {
+    auto seq = engine->NewSequence();
+    auto logits = engine->Prefill(seq.get(), Prompt(40));
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    return logits.ok() ? *logits : at::Tensor();
+  };
+  const at::Tensor widened = last_logits();
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
+  EXPECT_FALSE(at::equal(last_logits(), widened));
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
 }
 
 TEST_F(EngineTest, BadRequestsAreInvalidArgument) {

@@ -76,5 +76,12 @@ TEST(GemvTilesTest, ChunkRowsScaleWithThreads) {
   EXPECT_EQ(GemvChunkRows(128000), 8000);
 }
 
+TEST(GemvTilesTest, TilesAreAboutL2SizedInWholeBlocksOfFourRows) {
+  EXPECT_EQ(GemvTileRows(1536), 40);  // a bf16 row of 768: 42 rows would fit, 40 are whole blocks
+  EXPECT_EQ(GemvTileRows(3072), 20);
+  EXPECT_EQ(GemvTileRows(6144), 8);   // 10 rows fit; at least 8
+  EXPECT_EQ(GemvTileRows(1 << 20), 8);
+}
+
 }  // namespace
 }  // namespace pdserve

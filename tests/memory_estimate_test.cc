@@ -69,6 +69,7 @@ TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {
     return EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, path).widened_f32_bytes;
   };
   EXPECT_EQ(copies(Bf16Matmul::kAmx), 0);
+  EXPECT_EQ(copies(Bf16Matmul::kDot), 0);  // bf16 weights read as they are
   EXPECT_EQ(copies(Bf16Matmul::kAmxSplit), 4 * 2 * c.vocab_size * c.d_model);  // buffered, one per thread
   EXPECT_EQ(copies(Bf16Matmul::kWiden), 4 * 2 * c.expert_hidden * c.d_model);
   c.vocab_size = 48;

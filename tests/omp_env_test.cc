@@ -3,6 +3,7 @@
 #include "common/util/omp_env.h"
 
 #include "common/util/blas_env.h"
+#include "common/util/huge_pages_env.h"
 
 #include <cstdlib>
 #include <map>
@@ -67,6 +68,16 @@ TEST(MallocEnvTest, HugePagesUnlessTheUserDecides) {
   EXPECT_EQ(DecideMalloc({{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}}), "");
   EXPECT_EQ(DecideMalloc({{"GLIBC_TUNABLES", ""}}), "");  // set, even empty: the user's
   EXPECT_EQ(DecideMalloc({{kOmpReexecEnv, "omp"}}), "");
+}
+
+// The one rule both the weights' arena and malloc read PDSERVE_HUGE_PAGES by.
+TEST(MallocEnvTest, HugePagesRuleIsOnUnlessZero) {
+  EXPECT_TRUE(HugePagesOn(nullptr));
+  EXPECT_TRUE(HugePagesOn("1"));
+  EXPECT_TRUE(HugePagesOn(""));
+  EXPECT_TRUE(HugePagesOn("00"));
+  EXPECT_FALSE(HugePagesOn("0"));
+  EXPECT_EQ(DecideMalloc({{kHugePagesEnv, ""}}), "glibc.malloc.hugetlb=1");
 }
 
 TEST(MallocEnvTest, SummaryNamesTheSource) {

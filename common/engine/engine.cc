@@ -87,7 +87,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   const int64_t weight_mib = WeightBytes(w) >> 20;
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));  // the Transformer places them
   const int64_t huge_mib = AnonHugePageBytes() >> 20;
-  log::Info(absl::StrFormat("weights %d MiB; process memory on 2 MiB pages: %d MiB%s", weight_mib,
+  // dot and amx round activations to bf16: say so where it applies.
+  const std::string matmul = options.weights_dtype == WeightsDtype::kBF16
+                                 ? absl::StrCat(" (bf16 matmul ", Bf16MatmulName(GetBf16Matmul()), ")")
+                                 : "";
+  log::Info(absl::StrFormat("weights %d MiB%s; process memory on 2 MiB pages: %d MiB%s", weight_mib, matmul,
                             std::max<int64_t>(huge_mib, 0),
                             !HugePagesEnabled() ? " (PDSERVE_HUGE_PAGES=0)"
                             : huge_mib <= 0     ? " (transparent huge pages unavailable: weights on 4 KiB pages)"

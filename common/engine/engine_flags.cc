@@ -23,10 +23,12 @@ ABSL_FLAG(int64_t, prefill_chunk, pdserve::EngineOptions{}.prefill_chunk,
           "rows per call (bf16 weights are widened once per chunk) at the cost of more activation memory and a "
           "longer wait for a cancel to take effect (checked after every layer).");
 ABSL_FLAG(std::string, bf16_matmul, "auto",
-          "Prefill GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
-          "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (bf16 activations and outputs "
-          "through oneDNN; changes numerics) or auto (split where the CPU runs the amx ISA, see PDSERVE_ISA, "
-          "else widen). split and amx are refused at start on CPUs without AMX-BF16.");
+          "GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
+          "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (prefill only: bf16 activations "
+          "and outputs through oneDNN; changes numerics), dot (prefill and decode: activations rounded to bf16, "
+          "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics) or auto (split where "
+          "the CPU runs the amx ISA, see PDSERVE_ISA, else widen). split and amx are refused at start on CPUs "
+          "without AMX-BF16, dot on CPUs without AVX512-BF16.");
 
 namespace pdserve {
 

@@ -34,7 +34,8 @@ struct EngineFlags {
 
 // InvalidArgument naming the flag and its value: --model missing, an unknown
 // dtype, --prefill-chunk < 1 or --threads < 0; FailedPrecondition for
-// --bf16-matmul=amx or split on a CPU without AMX-BF16.
+// --bf16-matmul=amx or split on a CPU without AMX-BF16, dot without
+// AVX512-BF16.
 absl::StatusOr<EngineFlags> EngineFlagsFromCommandLine();
 
 // The same without --model, for a binary that can also build a model some

@@ -48,7 +48,8 @@ int64_t ReadCgroupFile(const std::string& path) {
 // Whether prefill widens a bf16 weight [N, K] (per expert slice) to fp32.
 bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
   switch (path) {
-    case Bf16Matmul::kAmx: return false;
+    case Bf16Matmul::kAmx:
+    case Bf16Matmul::kDot: return false;
     case Bf16Matmul::kAmxSplit: return !AmxSplitSupported(1, N, K);
     default: return true;
   }

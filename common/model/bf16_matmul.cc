@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/gemm_amx.h"
+#include "common/model/gemv_bf16dot.h"
+#include "common/model/gemv_tiles.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {
@@ -21,6 +23,10 @@ bool CpuHasAmxBf16() { return HostCpuFeatures().amx_bf16; }
 // Why `mode` cannot run here, or "" where it can.
 std::string MissingFeature(Bf16Matmul mode) {
   if (mode == Bf16Matmul::kAmx && !CpuHasAmxBf16()) return "this CPU (or kernel) has no AMX-BF16";
+  if (mode == Bf16Matmul::kDot && !GemvBf16DotAvailable()) {
+    return absl::StrCat("this CPU (or kernel, or PDSERVE_ISA) cannot run the bf16 dot kernel (it has: ",
+                        CpuFeaturesString(HostCpuFeatures()), "; dot needs avx512f avx512bw avx512vl avx512_bf16)");
+  }
   if (mode == Bf16Matmul::kAmxSplit && !AmxSplitAvailable()) {
     return absl::StrCat("this CPU (or kernel) cannot run the amx ISA (it has: ", CpuFeaturesString(HostCpuFeatures()),
                         "; split needs avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16)");
@@ -44,20 +50,21 @@ const char* Bf16MatmulName(Bf16Matmul mode) {
   switch (mode) {
     case Bf16Matmul::kAmx: return "amx";
     case Bf16Matmul::kAmxSplit: return "split";
+    case Bf16Matmul::kDot: return "dot";
     default: return "widen";
   }
 }
 
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name) {
   if (name == "auto") return DefaultBf16Matmul();
-  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx}) {
+  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot}) {
     if (name != Bf16MatmulName(mode)) continue;
     const std::string missing = MissingFeature(mode);
     if (!missing.empty()) return absl::FailedPreconditionError(missing);
     return mode;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, split, amx or auto)"));
+      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, split, amx, dot or auto)"));
 }
 
 absl::Status SetBf16Matmul(Bf16Matmul mode) {
@@ -78,6 +85,7 @@ at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w) {
   switch (GetBf16Matmul()) {
     case Bf16Matmul::kAmx: return LinearBf16Amx(x, w);
     case Bf16Matmul::kAmxSplit: return LinearBf16Split(x, w);
+    case Bf16Matmul::kDot: return LinearBf16Dot(x, w);
     default: return LinearBf16Widened(x, w);
   }
 }
@@ -98,6 +106,27 @@ at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w) {
   // LibTorch 1.13 sends a bf16 x bf16 matmul to oneDNN (mkldnn_matmul),
   // which accumulates in fp32 and, on AMX CPUs, runs on the tiles.
   return at::linear(x.to(at::kBFloat16), w).to(at::kFloat);
+}
+
+at::Tensor LinearBf16Dot(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() != 2 || w.dim() != 2 || w.scalar_type() != at::kBFloat16 || x.size(1) != w.size(1)) {
+    return LinearBf16Widened(x, w);
+  }
+  const at::Tensor xc = x.to(at::kFloat).contiguous(), wc = w.contiguous();
+  const int64_t M = x.size(0), N = w.size(0), K = w.size(1), ldx = Bf16DotStride(K);
+  // x rounded once (reused per calling thread), then tiles of weight rows
+  // stay in L2 while every group of 4 rows passes over them (gemv_tiles.h).
+  thread_local std::vector<uint16_t> xb;
+  if (static_cast<int64_t>(xb.size()) < M * ldx) xb.resize(M * ldx);
+  RoundRowsToBf16(xc.data_ptr<float>(), M, K, xb.data());
+  at::Tensor y = at::empty({M, N}, at::kFloat);
+  const uint16_t* xp = xb.data();
+  const uint16_t* wp = static_cast<const uint16_t*>(wc.data_ptr());
+  float* yp = y.data_ptr<float>();
+  ForEachGemvTile(M, N, K * 2, [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
+    GemvBf16DotRounded(xp + m * ldx, rows, K, wp, t0, t1, yp + m * N, N);
+  });
+  return y;
 }
 
 at::Tensor LinearBf16Split(const at::Tensor& x, const at::Tensor& w) {

@@ -1,8 +1,9 @@
 // GEMMs with bf16 weights for prefill-sized inputs (more rows of x than the
 // GEMV kernels take), paths chosen at run time (the AMX ones where the CPU
 // runs the amx ISA, common/util/cpu_features.h):
-//   Bf16Matmul         kWiden (exact), kAmxSplit (exact, AMX) or kAmx (opt-in)
-//   ParseBf16Matmul    "widen" | "split" | "amx" | "auto"
+//   Bf16Matmul         kWiden (exact), kAmxSplit (exact, AMX), kAmx or kDot
+//                      (both opt-in: they round activations to bf16)
+//   ParseBf16Matmul    "widen" | "split" | "amx" | "dot" | "auto"
 //   DefaultBf16Matmul  what "auto" picks: split where HostIsa() is amx, else
 //                      widen; the process default until SetBf16Matmul
 //   SetBf16Matmul      process-wide choice; an AMX path without AMX is refused
@@ -17,6 +18,13 @@
 //                      AMX CPUs), output rounded to bf16 and widened: about
 //                      3 significant digits per output, so it changes
 //                      numerics and is opt-in.
+//   LinearBf16Dot      x rounded to bf16, vdpbf16ps with fp32 accumulation
+//                      and fp32 output (gemv_bf16dot.h), for every size of
+//                      x: the one choice that also changes decode (Linear
+//                      sends decode rows of bf16 weights to the same kernel,
+//                      so a row's bits do not depend on prefill or decode).
+//                      Needs AVX512_BF16; opt-in like amx, for the speed of
+//                      llama.cpp's BF16 path on CPUs without AMX.
 #pragma once
 
 #include <string_view>
@@ -28,16 +36,17 @@
 
 namespace pdserve {
 
-enum class Bf16Matmul { kWiden, kAmx, kAmxSplit };
+enum class Bf16Matmul { kWiden, kAmx, kAmxSplit, kDot };
 
 // InvalidArgument for an unknown name. "auto" is DefaultBf16Matmul();
-// "amx" or "split" on a CPU without AMX is FailedPrecondition.
+// "amx" or "split" on a CPU without AMX, or "dot" without AVX512_BF16, is
+// FailedPrecondition.
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name);
 Bf16Matmul DefaultBf16Matmul();
-const char* Bf16MatmulName(Bf16Matmul mode);  // "widen", "split", "amx"
+const char* Bf16MatmulName(Bf16Matmul mode);  // "widen", "split", "amx", "dot"
 
 // FailedPrecondition (naming the missing feature) for kAmx or kAmxSplit
-// without AMX.
+// without AMX, kDot without AVX512_BF16.
 absl::Status SetBf16Matmul(Bf16Matmul mode);
 Bf16Matmul GetBf16Matmul();
 
@@ -45,6 +54,8 @@ Bf16Matmul GetBf16Matmul();
 at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w);
+// Call only where GemvBf16DotAvailable() (gemv_bf16dot.h).
+at::Tensor LinearBf16Dot(const at::Tensor& x, const at::Tensor& w);
 // Call only where AmxSplitAvailable() (gemm_amx.h).
 at::Tensor LinearBf16Split(const at::Tensor& x, const at::Tensor& w);
 

@@ -43,17 +43,24 @@ inline int64_t GemvChunkRows(int64_t N) {
   return std::max<int64_t>(16, (N + 8 * at::get_num_threads() - 1) / (8 * at::get_num_threads()));
 }
 
+// Weight rows per tile of a matmul with more than kGemvMaxRows rows of x:
+// about 64 KiB of rows of `row_bytes` (they stay in L2 while every row
+// group passes), a multiple of 4 (the kernels take weight rows 4 at a time;
+// a leftover row runs alone, at a fraction of the speed), at least 8.
+inline int64_t GemvTileRows(int64_t row_bytes) {
+  return std::max<int64_t>(8, (int64_t{64} << 10) / std::max<int64_t>(1, row_bytes) / 4 * 4);
+}
+
 // Calls kernel(m, rows, t0, t1) for every group of at most kGemvMaxRows
 // rows of x starting at row m, and output columns [t0, t1), in parallel
 // over the N output columns (ForEachChunk). Up to kGemvMaxRows rows, a
-// chunk streams its column range once. Past that, a chunk is a ~64 KiB
-// tile of weight rows (`row_bytes` each) that goes through every row group
+// chunk streams its column range once. Past that, a chunk is a tile of
+// GemvTileRows(row_bytes) weight rows that goes through every row group
 // while it sits in L2, so DRAM sees each weight once per call. Each output
 // is still one kernel row with one summation order: tiling changes no bits.
 template <typename Kernel>
 void ForEachGemvTile(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel) {
-  const int64_t chunk =
-      M <= kGemvMaxRows ? GemvChunkRows(N) : std::max<int64_t>(8, (int64_t{64} << 10) / row_bytes);
+  const int64_t chunk = M <= kGemvMaxRows ? GemvChunkRows(N) : GemvTileRows(row_bytes);
   ForEachChunk(N, chunk, [&](int64_t t0, int64_t t1) {
     for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, t1);
   });

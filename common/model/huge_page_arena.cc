@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/util/huge_pages_env.h"
+
 namespace pdserve {
 namespace {
 
@@ -73,10 +75,7 @@ at::Tensor HugePageArena::Copy(const at::Tensor& t) {
 }
 
 bool HugePagesEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("PDSERVE_HUGE_PAGES");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool on = HugePagesOn(std::getenv(kHugePagesEnv));
   return on;
 }
 

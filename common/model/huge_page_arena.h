@@ -11,7 +11,7 @@
 //
 //   HugePageArena::Copy    a contiguous copy of a tensor in the arena
 //   PlaceOnHugePages       Copy, unless PDSERVE_HUGE_PAGES=0
-//   HugePagesEnabled       PDSERVE_HUGE_PAGES (unset or 1: on; 0: off)
+//   HugePagesEnabled       PDSERVE_HUGE_PAGES by HugePagesOn (huge_pages_env.h)
 //   ReleaseFreedHeap       give the heap freed by the copied tensors back
 //   AnonHugePageBytes      this process's anonymous memory on huge pages
 //

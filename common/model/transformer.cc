@@ -11,6 +11,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
+#include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
@@ -82,7 +83,9 @@ GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1) {
 // Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against rows [t0, t1) of
 // w, through the fp32 or bf16 kernel: y[m * ldy + n].
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.bf16) {
+  if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
+    GemvBf16Dot(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
+  } else if (w.bf16) {
     GemvBf16(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
   } else {
     GemvF32(x, M, w.cols, static_cast<const float*>(w.data), t0, t1, y, ldy);
@@ -96,6 +99,9 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
   const GemvMatrix wm = AsGemvMatrix(w);
+  if (!needs_grad && M > 0 && wm.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {
+    return LinearBf16Dot(x, w);  // any M: x rounded once, then GemvRows' kernel (same bits)
+  }
   if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && wm.data != nullptr &&
       GemvAvailable()) {
     // Decode-sized: our kernels stream each weight row once per 4 rows of x
@@ -110,7 +116,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     });
     return y;
   }
-  // bf16 weights: widened exactly, or (opt-in) bf16 GEMM on AMX.
+  // bf16 weights: widened exactly, or (opt-in) bf16 activations: bf16 GEMM
+  // on AMX, or the dot kernel GemvRows uses above.
   if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
   return at::linear(x, w);
 }

@@ -106,7 +106,8 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 // x W^T in fp32 (bf16 weights are widened exactly; int8 weights go to
 // LinearQ8, linear_int8.h). Up to 32 rows of x use the bandwidth-bound
 // kernels of gemv_kernels.h; more rows use BLAS, or for bf16 weights the
-// path SetBf16Matmul chose (bf16_matmul.h).
+// path SetBf16Matmul chose (bf16_matmul.h). Under --bf16-matmul dot every
+// bf16-weight product, whatever M, is LinearBf16Dot (x rounded to bf16).
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w);
 
 }  // namespace pdserve

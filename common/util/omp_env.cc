@@ -10,6 +10,7 @@
 
 #include "common/util/blas_env.h"
 #include "common/util/cpu_features.h"
+#include "common/util/huge_pages_env.h"
 
 namespace pdserve {
 namespace {
@@ -51,9 +52,7 @@ OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>&
 
 std::string DecideMallocTunables(const std::function<const char*(const char*)>& getenv) {
   if (IsSet(getenv(kOmpReexecEnv)) || getenv("GLIBC_TUNABLES") != nullptr) return "";
-  const char* huge = getenv("PDSERVE_HUGE_PAGES");
-  if (huge != nullptr && std::strcmp(huge, "0") == 0) return "";
-  return kMallocHugeTlb;
+  return HugePagesOn(getenv(kHugePagesEnv)) ? kMallocHugeTlb : "";
 }
 
 void ApplyLibraryEnv(char** argv) {

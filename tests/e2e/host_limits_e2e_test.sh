@@ -3,8 +3,8 @@
 # (OMP_WAIT_POLICY=passive, set by the binary re-executing itself, same pid
 # and process name), the user's setting and the opt-out win; OpenBLAS runs
 # kernels as wide as the CPU (OPENBLAS_CORETYPE set the same way); a memory limit
-# the estimate exceeds, and a PDSERVE_ISA the CPU lacks, are one clear error
-# at start with exit status != 0.
+# the estimate exceeds, a PDSERVE_ISA the CPU lacks, and --bf16-matmul dot
+# without AVX512-BF16, are one clear error at start with exit status != 0.
 set -euo pipefail
 BUILD=$1
 SRC=$2
@@ -106,4 +106,23 @@ for isa in avx2 avx512 amx; do
     echo "this CPU lacks $isa: refused at start"
   fi
 done
+
+echo "--- --bf16-matmul dot (bf16 activations): runs where the CPU has AVX512-BF16, refused elsewhere"
+if PDSERVE_ISA=avx2 gen --weights-dtype bf16 --bf16-matmul dot >/dev/null 2>"$TMP/err"; then
+  fail "dot ran under PDSERVE_ISA=avx2"
+fi
+err_has "--bf16-matmul=dot: .*dot needs avx512f avx512bw avx512vl avx512_bf16"
+has=1
+for f in avx2 fma avx512f avx512bw avx512vl avx512_bf16; do grep -qw "$f" /proc/cpuinfo || has=0; done
+if [ $has = 1 ]; then
+  gen --weights-dtype bf16 --bf16-matmul dot >"$TMP/dot" 2>"$TMP/err" || fail "dot: $(cat "$TMP/err")"
+  err_has "(bf16 matmul dot)"
+  grep -q '"token_ids"' "$TMP/dot" || fail "no tokens: $(cat "$TMP/dot")"
+  [ "$(gen --weights-dtype bf16 --bf16-matmul dot 2>/dev/null)" == "$(cat "$TMP/dot")" ] || fail "dot tokens differ between runs"
+  echo "this CPU has avx512_bf16: dot runs"
+else
+  if gen --weights-dtype bf16 --bf16-matmul dot >/dev/null 2>"$TMP/err"; then fail "dot ran on a CPU without AVX512-BF16"; fi
+  err_has "cannot run the bf16 dot kernel"
+  echo "this CPU lacks avx512_bf16: dot refused at start"
+fi
 echo PASS
