@@ -304,7 +304,10 @@ TEST_F(ReliabilityE2eTest, AllDecodeWorkersFullWaitsAndNamesTheKvBudget) {
     while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
     fill.push_back(std::make_unique<Reservation>(Addr(d), absl::StrCat("fill-", d), t - 5));
   }
-  GenerateResult got = Generate(Addr("R"), IdsRequest(Prompt(200, 3), 100), std::chrono::seconds(2));
+  // The deadline must outlast the 200-token prefill and a placement on each
+  // decode worker, so that both have said "full" before it passes: 2 s was
+  // too short under AddressSanitizer right after the 1,000-request burst.
+  GenerateResult got = Generate(Addr("R"), IdsRequest(Prompt(200, 3), 100), std::chrono::seconds(8));
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << got.status.error_message();
   EXPECT_TRUE(WaitUntil([&] { return g->procs["R"]->Log().find("KV budget full") != std::string::npos; },
                         std::chrono::seconds(20)))
