@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -93,6 +94,27 @@ TEST(GemvBf16DotTest, RowBitsDoNotDependOnTheBatch) {
     std::vector<float> one(p.N);
     GemvBf16Dot(p.x.data() + m * p.K, 1, p.K, p.w.data(), 0, p.N, one.data(), p.N);
     for (int64_t n = 0; n < p.N; ++n) EXPECT_EQ(one[n], all[m * p.N + n]) << "row " << m << " column " << n;
+  }
+}
+
+// Weight rows go 4 to a pass with the leftovers alone (and the 4-row pass
+// reduces its accumulators together): a column's bits do not depend on
+// which rows share its pass.
+TEST(GemvBf16DotTest, ColumnBitsDoNotDependOnTheirPass) {
+  SKIP_WITHOUT_BF16_DOT();
+  for (int64_t K : {40, 768}) {
+    for (int64_t M = 1; M <= kGemvMaxRows; ++M) {
+      const Problem p(M, K, 11, static_cast<uint32_t>(K + M));
+      std::vector<float> all(M * p.N);
+      GemvBf16Dot(p.x.data(), M, p.K, p.w.data(), 0, p.N, all.data(), p.N);  // passes of 4, 4, then 3 alone
+      for (int64_t n0 = 0; n0 < p.N; ++n0) {
+        std::vector<float> part(M * p.N);
+        GemvBf16Dot(p.x.data(), M, p.K, p.w.data(), n0, std::min<int64_t>(p.N, n0 + 1 + n0 % 5), part.data(), p.N);
+        for (int64_t m = 0; m < M; ++m) {
+          EXPECT_EQ(part[m * p.N + n0], all[m * p.N + n0]) << "K=" << K << " M=" << M << " column " << n0;
+        }
+      }
+    }
   }
 }
 

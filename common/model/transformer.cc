@@ -13,6 +13,7 @@
 #include "common/model/decode_attention.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_matrix.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/linear_int8.h"
@@ -55,45 +56,6 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
-namespace {
-
-// A weight matrix [rows, cols] as the decode kernels read it: the whole of
-// a 2-D tensor, or matrix e of a 3-D [E, rows, cols] stack, without a
-// tensor call per use.
-struct GemvMatrix {
-  const void* data = nullptr;
-  bool bf16 = false;
-  int64_t rows = 0, cols = 0;
-};
-
-// w (or its matrix e of a stack) when it is fp32 or bf16 and contiguous;
-// data == nullptr when it is not.
-GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1) {
-  const bool stacked = e >= 0;
-  if (w.dim() != (stacked ? 3 : 2) || !w.is_contiguous() ||
-      (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16) || (stacked && e >= w.size(0))) {
-    return {};
-  }
-  const int64_t rows = w.size(stacked ? 1 : 0), cols = w.size(stacked ? 2 : 1);
-  const char* base = static_cast<const char*>(w.data_ptr());
-  const int64_t offset = stacked ? e * rows * cols * static_cast<int64_t>(w.element_size()) : 0;
-  return {base + offset, w.scalar_type() == at::kBFloat16, rows, cols};
-}
-
-// Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against rows [t0, t1) of
-// w, through the fp32 or bf16 kernel: y[m * ldy + n].
-void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
-    GemvBf16Dot(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
-  } else if (w.bf16) {
-    GemvBf16(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
-  } else {
-    GemvF32(x, M, w.cols, static_cast<const float*>(w.data), t0, t1, y, ldy);
-  }
-}
-
-}  // namespace
-
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (IsQ8(w)) return LinearQ8(x, w);
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
@@ -121,56 +83,6 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
   return at::linear(x, w);
 }
-
-namespace {
-
-at::Tensor Mlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
-}
-
-// Top-k expert ids per row, descending by logit, ties to the lower index.
-at::Tensor TopKExperts(const at::Tensor& router_logits, int64_t top_k) {
-  at::Tensor r = router_logits.detach().contiguous();
-  const int64_t N = r.size(0), E = r.size(1);
-  at::Tensor idx = at::empty({N, top_k}, at::kLong);
-  const float* rp = r.data_ptr<float>();
-  int64_t* ip = idx.data_ptr<int64_t>();
-  std::vector<int64_t> order(E);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* row = rp + n * E;
-    for (int64_t e = 0; e < E; ++e) order[e] = e;
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
-                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-    std::copy(order.begin(), order.begin() + top_k, ip + n * top_k);
-  }
-  return idx;
-}
-
-// The gates: softmax over each row's top-k router logits (idx from
-// TopKExperts), in fp32. Without autograd, one row-local loop (max, exp,
-// sum in slot order, divide) instead of gather + softmax.
-at::Tensor TopKGates(const at::Tensor& logits, const at::Tensor& idx) {
-  const bool needs_grad = at::GradMode::is_enabled() && logits.requires_grad();
-  if (needs_grad || logits.scalar_type() != at::kFloat) return at::softmax(at::gather(logits, 1, idx), 1);
-  const at::Tensor r = logits.contiguous();
-  const int64_t N = r.size(0), E = r.size(1), top_k = idx.size(1);
-  at::Tensor gates = at::empty({N, top_k}, at::kFloat);
-  const float* rp = r.data_ptr<float>();
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  float* gp = gates.data_ptr<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    const float* row = rp + n * E;
-    float* g = gp + n * top_k;
-    float m = row[ip[n * top_k]];
-    for (int64_t s = 1; s < top_k; ++s) m = std::max(m, row[ip[n * top_k + s]]);
-    float sum = 0;
-    for (int64_t s = 0; s < top_k; ++s) sum += (g[s] = std::exp(row[ip[n * top_k + s]] - m));
-    for (int64_t s = 0; s < top_k; ++s) g[s] /= sum;
-  }
-  return gates;
-}
-
-}  // namespace
 
 Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w_.config) {
   const bool training = std::any_of(w_.layers.begin(), w_.layers.end(),
@@ -204,153 +116,12 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   ReleaseFreedHeap();
 }
 
-namespace {
-
-at::Tensor GateUpMlp(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down) {
-  const at::Tensor gu = Linear(x, gate_up);
-  const int64_t F = gu.size(1) / 2;
-  return Linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), down);
-}
-
-}  // namespace
-
-at::Tensor Transformer::ExpertMlp(int64_t layer, int64_t e, const at::Tensor& x) const {
-  const LayerWeights& L = w_.layers[layer];
-  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].gate_up.select(0, e), L.down_proj.select(0, e));
-  return Mlp(x, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
-}
-
-at::Tensor Transformer::SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const {
-  const LayerWeights& L = w_.layers[layer];
-  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].shared[j], L.shared_down[j]);
-  return Mlp(x, L.shared_gate[j], L.shared_up[j], L.shared_down[j]);
-}
-
 std::vector<at::Tensor> Transformer::ClampedSinks() const {
   std::vector<at::Tensor> out;
   out.reserve(w_.layers.size());
   for (const LayerWeights& L : w_.layers) {
     out.push_back(at::clamp(L.sink_bias, w_.config.sink_clamp_lo, w_.config.sink_clamp_hi));
   }
-  return out;
-}
-
-namespace {
-
-// y[j] = x[j] W_j^T for J weights of one shape [N, K] (AsGemvMatrix) and one
-// row x[j] each (x + j * x_stride), in one parallel region over the N
-// output rows (ForEachChunk); then after(n0, n1) on each chunk's rows once
-// all J are there. Each output is Linear's kernel row: no bits change.
-template <typename After>
-void GemvSameShape(const float* x, int64_t x_stride, const std::vector<GemvMatrix>& ws, float* y,
-                   const After& after) {
-  const int64_t J = static_cast<int64_t>(ws.size()), N = ws[0].rows;
-  ForEachChunk(N, GemvChunkRows(N), [&](int64_t n0, int64_t n1) {
-    for (int64_t j = 0; j < J; ++j) GemvRows(x + j * x_stride, 1, ws[j], n0, n1, y + j * N, N);
-    after(n0, n1);
-  });
-}
-
-}  // namespace
-
-at::Tensor Transformer::MoeOneToken(int64_t layer, const at::Tensor& h, const int64_t* experts,
-                                    const float* gates) const {
-  const LayerWeights& L = w_.layers[layer];
-  const Fused& f = fused_[layer];
-  const int64_t S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
-  std::vector<GemvMatrix> gate_up, down;
-  for (int64_t j = 0; j < S; ++j) {
-    gate_up.push_back(AsGemvMatrix(f.shared[j]));
-    down.push_back(AsGemvMatrix(L.shared_down[j]));
-  }
-  for (int64_t s = 0; s < top_k; ++s) {
-    gate_up.push_back(AsGemvMatrix(f.gate_up, experts[s]));
-    down.push_back(AsGemvMatrix(L.down_proj, experts[s]));
-  }
-  const auto unusable = [](const GemvMatrix& m) { return m.data == nullptr; };
-  if (std::any_of(gate_up.begin(), gate_up.end(), unusable) || std::any_of(down.begin(), down.end(), unusable)) {
-    return at::Tensor();
-  }
-  const int64_t J = S + top_k, F = gate_up[0].rows / 2, D = down[0].rows;
-  const at::Tensor hc = h.contiguous();
-  at::Tensor gu = at::empty({J, 2 * F}, at::kFloat);
-  GemvSameShape(hc.data_ptr<float>(), 0, gate_up, gu.data_ptr<float>(), [](int64_t, int64_t) {});
-  // As GateUpMlp, on all J rows at once (row j's bits as for [1, 2F]).
-  const at::Tensor act = (at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F)).contiguous();
-  at::Tensor y = at::empty({J, D}, at::kFloat);
-  at::Tensor out = at::empty({1, D}, at::kFloat);
-  float* yp = y.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  // Moe's sums, in its order and roundings: shared outputs added in turn,
-  // then each routed product g * y rounded and added in slot order (this
-  // file is built without FMA, so nothing fuses the multiply and add).
-  GemvSameShape(act.data_ptr<float>(), F, down, yp, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      float o = S > 0 ? yp[n] : 0.0f;
-      for (int64_t j = 1; j < S; ++j) o = o + yp[j * D + n];
-      for (int64_t s = 0; s < top_k; ++s) {
-        const float t = gates[s] * yp[(S + s) * D + n];
-        o = o + t;
-      }
-      op[n] = o;
-    }
-  });
-  return out;
-}
-
-at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
-  const LayerWeights& L = w_.layers[layer];
-  const int64_t N = h.size(0);
-  at::Tensor logits = Linear(h, L.router);  // [N, E]
-  at::Tensor idx = TopKExperts(logits, config().top_k);
-  at::Tensor gates = TopKGates(logits, idx);  // [N, top_k]
-
-  // One token through the decode kernels (batch-1 decode): the shared and
-  // routed experts' matmuls in two parallel regions instead of 2 * (S + top_k).
-  if (N == 1 && !fused_.empty() && GemvAvailable() && !at::GradMode::is_enabled() &&
-      h.scalar_type() == at::kFloat) {
-    const at::Tensor g = gates.contiguous();
-    at::Tensor out = MoeOneToken(layer, h, idx.data_ptr<int64_t>(), g.data_ptr<float>());
-    if (out.defined()) return out;
-  }
-
-  at::Tensor out;
-  for (size_t j = 0; j < L.shared_gate.size(); ++j) {
-    at::Tensor s = SharedMlp(layer, static_cast<int64_t>(j), h);
-    out = out.defined() ? out + s : s;
-  }
-  if (!out.defined()) out = at::zeros_like(h);
-
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  if (N == 1) {
-    // One token (batch-1 decode): no gather/scatter needed.
-    for (int64_t s = 0; s < config().top_k; ++s) {
-      const int64_t e = ip[s];
-      out = out + gates.select(1, s) * ExpertMlp(layer, e, h);
-    }
-    return out;
-  }
-  // Group rows by expert so each expert runs one matmul over its rows.
-  std::vector<std::vector<int64_t>> rows(config().n_experts), slots(config().n_experts);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t s = 0; s < config().top_k; ++s) {
-      rows[ip[n * config().top_k + s]].push_back(n);
-      slots[ip[n * config().top_k + s]].push_back(n * config().top_k + s);
-    }
-  }
-  // Each (row, slot) contribution lands in its own place and is summed in
-  // slot order afterwards, as the N == 1 path sums it: a sequence's tokens
-  // do not depend on which others share its batch.
-  at::Tensor flat_gates = gates.reshape({-1});
-  at::Tensor contrib = at::empty({N * config().top_k, h.size(1)}, out.options());
-  for (int64_t e = 0; e < config().n_experts; ++e) {
-    if (rows[e].empty()) continue;
-    at::Tensor slot = at::tensor(slots[e], at::kLong);
-    at::Tensor y = ExpertMlp(layer, e, h.index_select(0, at::tensor(rows[e], at::kLong)));
-    contrib.index_copy_(0, slot, flat_gates.index_select(0, slot).unsqueeze(1) * y);
-  }
-  contrib = contrib.view({N, config().top_k, h.size(1)});
-  for (int64_t s = 0; s < config().top_k; ++s) out = out + contrib.select(1, s);
   return out;
 }
 

@@ -76,12 +76,13 @@ class Transformer {
   // An expert or shared MLP: fused gate|up when available.
   at::Tensor ExpertMlp(int64_t layer, int64_t expert, const at::Tensor& x) const;
   at::Tensor SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const;
-  // Moe's output for one row h [1, D] in fp32 through the decode kernels,
-  // with the same bits as its general path: the gate|up of the shared and
-  // the routed `experts` (top_k ids, weights `gates`) in one parallel
-  // region, their down projections and the weighted sum in another.
-  // Undefined where a weight is not fp32/bf16 and contiguous (int8).
-  at::Tensor MoeOneToken(int64_t layer, const at::Tensor& h, const int64_t* experts, const float* gates) const;
+  // Moe's output for a decode-sized batch h [N, D] in fp32 through the
+  // decode kernels, with the same bits as its general path: every shared
+  // and routed expert's gate|up (top_k ids per row in `idx`, weights in
+  // `gates`) in one parallel region, their down projections and the
+  // weighted sums in another. Undefined where a weight is not fp32/bf16 and
+  // contiguous (int8). In transformer_moe.cc, with the rest of the MoE.
+  at::Tensor MoeRows(int64_t layer, const at::Tensor& h, const int64_t* idx, const float* gates) const;
 
   // Inference layout: q|kv and gate|up stored side by side so that each is
   // one matmul (one pass over x, one parallel region). The LayerWeights

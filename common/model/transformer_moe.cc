@@ -1,0 +1,288 @@
+// Transformer's mixture of experts: the router's top-k, the shared and
+// routed expert MLPs, and their weighted sum (docs/model.md, "MoE"). The
+// general path is ATen ops (it trains under autograd and runs prefill);
+// decode-sized batches take MoeRows, every expert of a layer in two
+// parallel regions, with the same bits.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/model/gemv_bf16dot.h"
+#include "common/model/gemv_kernels.h"
+#include "common/model/gemv_matrix.h"
+#include "common/model/gemv_tiles.h"
+#include "common/model/transformer.h"
+
+namespace pdserve {
+
+namespace {
+
+at::Tensor Mlp(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
+  return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
+}
+
+at::Tensor GateUpMlp(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down) {
+  const at::Tensor gu = Linear(x, gate_up);
+  const int64_t F = gu.size(1) / 2;
+  return Linear(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), down);
+}
+
+// Top-k expert ids per row, descending by logit, ties to the lower index.
+at::Tensor TopKExperts(const at::Tensor& router_logits, int64_t top_k) {
+  at::Tensor r = router_logits.detach().contiguous();
+  const int64_t N = r.size(0), E = r.size(1);
+  at::Tensor idx = at::empty({N, top_k}, at::kLong);
+  const float* rp = r.data_ptr<float>();
+  int64_t* ip = idx.data_ptr<int64_t>();
+  std::vector<int64_t> order(E);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = rp + n * E;
+    for (int64_t e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [row](int64_t a, int64_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    std::copy(order.begin(), order.begin() + top_k, ip + n * top_k);
+  }
+  return idx;
+}
+
+// The gates: softmax over each row's top-k router logits (idx from
+// TopKExperts), in fp32. Without autograd, one row-local loop (max, exp,
+// sum in slot order, divide) instead of gather + softmax.
+at::Tensor TopKGates(const at::Tensor& logits, const at::Tensor& idx) {
+  const bool needs_grad = at::GradMode::is_enabled() && logits.requires_grad();
+  if (needs_grad || logits.scalar_type() != at::kFloat) return at::softmax(at::gather(logits, 1, idx), 1);
+  const at::Tensor r = logits.contiguous();
+  const int64_t N = r.size(0), E = r.size(1), top_k = idx.size(1);
+  at::Tensor gates = at::empty({N, top_k}, at::kFloat);
+  const float* rp = r.data_ptr<float>();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  float* gp = gates.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = rp + n * E;
+    float* g = gp + n * top_k;
+    float m = row[ip[n * top_k]];
+    for (int64_t s = 1; s < top_k; ++s) m = std::max(m, row[ip[n * top_k + s]]);
+    float sum = 0;
+    for (int64_t s = 0; s < top_k; ++s) sum += (g[s] = std::exp(row[ip[n * top_k + s]] - m));
+    for (int64_t s = 0; s < top_k; ++s) g[s] /= sum;
+  }
+  return gates;
+}
+
+// One expert MLP of MoeRows: its matrices, its rows of x, and where its
+// rows sit in MoeRows' buffers (first .. first + rows).
+struct ExpertRows {
+  GemvMatrix gate_up, down;        // [2F, D], [D, F]
+  const float* x = nullptr;        // [rows, D]
+  const uint16_t* xb = nullptr;    // x rounded to bf16 where GemvRoundsX, else nullptr
+  int64_t rows = 0, first = 0;
+};
+
+// Rows [M, K] of x rounded to bf16 once for the dot kernel (GemvRoundsX),
+// into `buffer`; nullptr where the kernel takes fp32 x.
+const uint16_t* RoundedOnce(bool round, const float* x, int64_t M, int64_t K, std::vector<uint16_t>* buffer) {
+  if (!round) return nullptr;
+  buffer->resize(M * Bf16DotStride(K));
+  RoundRowsToBf16(x, M, K, buffer->data());
+  return buffer->data();
+}
+
+// Which rows of h [N, D] each expert of one layer takes, and where its
+// rows sit in MoeRows' buffers: the shared experts over every row first,
+// then each routed expert over the rows routed to it, in row order (as
+// Moe's index_select gathers them).
+class MoePlan {
+ public:
+  MoePlan(const float* h, int64_t N, int64_t D, int64_t top_k)
+      : h_(h), N_(N), D_(D), top_k_(top_k), where_(N * top_k), routed_x_(N * top_k * D) {}
+
+  void AddShared(GemvMatrix gate_up, GemvMatrix down) {
+    experts.push_back({gate_up, down, h_, nullptr, N_, next_});
+    next_ += N_;
+    shared_rows_ = next_;
+  }
+  // Expert e over the rows whose top-k (idx [N, top_k]) holds it, if any.
+  void AddRouted(int64_t e, const int64_t* idx, GemvMatrix gate_up, GemvMatrix down) {
+    ExpertRows ex{gate_up, down, RoutedX(next_), nullptr, 0, next_};
+    for (int64_t i = 0; i < N_ * top_k_; ++i) {
+      if (idx[i] != e) continue;
+      std::copy(h_ + (i / top_k_) * D_, h_ + (i / top_k_ + 1) * D_, RoutedX(next_));
+      where_[i] = next_++;
+      ++ex.rows;
+    }
+    if (ex.rows > 0) experts.push_back(ex);
+  }
+  // Every matrix is fp32 or bf16 and contiguous (not int8).
+  bool Usable() const {
+    return std::all_of(experts.begin(), experts.end(),
+                       [](const ExpertRows& ex) { return ex.gate_up.data != nullptr && ex.down.data != nullptr; });
+  }
+  int64_t rows() const { return next_; }
+  // Whether the kernel rounds x for every expert's matrix `m` (GemvRoundsX).
+  bool Rounds(GemvMatrix ExpertRows::*m) const {
+    return std::all_of(experts.begin(), experts.end(), [m](const ExpertRows& ex) { return GemvRoundsX(ex.*m); });
+  }
+  // Under --bf16-matmul dot, the gate|up inputs rounded once, not per chunk.
+  void RoundInputs() {
+    const bool round = Rounds(&ExpertRows::gate_up);
+    const uint16_t* hb = RoundedOnce(round, h_, N_, D_, &h_bf16_);
+    const uint16_t* rb = RoundedOnce(round, routed_x_.data(), next_ - shared_rows_, D_, &routed_bf16_);
+    if (!round) return;
+    for (ExpertRows& ex : experts) {
+      ex.xb = ex.first < shared_rows_ ? hb : rb + (ex.first - shared_rows_) * Bf16DotStride(D_);
+    }
+  }
+  // Columns [n0, n1) of out [N, D] from the experts' outputs y [rows(), D],
+  // in Moe's order and roundings: the S shared outputs added in turn, then
+  // each routed product g * y rounded and added in slot order (this file is
+  // built without FMA, so nothing fuses the multiply and add).
+  void SumOutputs(const float* y, int64_t S, const float* gates, int64_t n0, int64_t n1, float* out) const {
+    for (int64_t n = 0; n < N_; ++n) {
+      for (int64_t c = n0; c < n1; ++c) {
+        float o = S > 0 ? y[n * D_ + c] : 0.0f;
+        for (int64_t j = 1; j < S; ++j) o = o + y[(j * N_ + n) * D_ + c];
+        for (int64_t s = 0; s < top_k_; ++s) {
+          const float t = gates[n * top_k_ + s] * y[where_[n * top_k_ + s] * D_ + c];
+          o = o + t;
+        }
+        out[n * D_ + c] = o;
+      }
+    }
+  }
+
+  std::vector<ExpertRows> experts;
+
+ private:
+  float* RoutedX(int64_t row) { return routed_x_.data() + (row - shared_rows_) * D_; }
+
+  const float* h_;
+  int64_t N_, D_, top_k_;
+  int64_t next_ = 0, shared_rows_ = 0;
+  std::vector<int64_t> where_;  // buffer row of (row n, slot s)
+  std::vector<float> routed_x_;
+  std::vector<uint16_t> h_bf16_, routed_bf16_;
+};
+
+}  // namespace
+
+at::Tensor Transformer::ExpertMlp(int64_t layer, int64_t e, const at::Tensor& x) const {
+  const LayerWeights& L = w_.layers[layer];
+  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].gate_up.select(0, e), L.down_proj.select(0, e));
+  return Mlp(x, L.gate_proj.select(0, e), L.up_proj.select(0, e), L.down_proj.select(0, e));
+}
+
+at::Tensor Transformer::SharedMlp(int64_t layer, int64_t j, const at::Tensor& x) const {
+  const LayerWeights& L = w_.layers[layer];
+  if (!fused_.empty()) return GateUpMlp(x, fused_[layer].shared[j], L.shared_down[j]);
+  return Mlp(x, L.shared_gate[j], L.shared_up[j], L.shared_down[j]);
+}
+
+at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_t* idx, const float* gates) const {
+  const LayerWeights& L = w_.layers[layer];
+  const Fused& f = fused_[layer];
+  const int64_t N = h.size(0), D = h.size(1), S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
+  const at::Tensor hc = h.contiguous();
+  MoePlan plan(hc.data_ptr<float>(), N, D, top_k);
+  for (int64_t j = 0; j < S; ++j) plan.AddShared(AsGemvMatrix(f.shared[j]), AsGemvMatrix(L.shared_down[j]));
+  for (int64_t e = 0; e < config().n_experts; ++e) {
+    plan.AddRouted(e, idx, AsGemvMatrix(f.gate_up, e), AsGemvMatrix(L.down_proj, e));
+  }
+  if (!plan.Usable()) return at::Tensor();  // int8: Moe's path
+  const int64_t T = plan.rows(), F = plan.experts[0].gate_up.rows / 2;
+  plan.RoundInputs();
+
+  // Region 1: every expert's gate|up over its rows, chunk by chunk of the
+  // 2F output columns.
+  at::Tensor gu = at::empty({T, 2 * F}, at::kFloat);
+  float* gp = gu.data_ptr<float>();
+  ForEachChunk(2 * F, GemvChunkRows(2 * F), [&](int64_t n0, int64_t n1) {
+    for (const ExpertRows& ex : plan.experts) {
+      GemvAllRows(ex.x, ex.xb, ex.rows, ex.gate_up, n0, n1, gp + ex.first * 2 * F, 2 * F);
+    }
+  });
+  // As GateUpMlp, expert by expert (the same ATen ops on the same shapes).
+  at::Tensor act = at::empty({T, F}, at::kFloat);
+  for (const ExpertRows& ex : plan.experts) {
+    const at::Tensor g = gu.narrow(0, ex.first, ex.rows);
+    at::Tensor a = act.narrow(0, ex.first, ex.rows);
+    at::mul_out(a, at::silu(g.narrow(1, 0, F)), g.narrow(1, F, F));
+  }
+  // Region 2: every expert's down projection, then the weighted sums of
+  // each chunk's columns.
+  const float* ap = act.data_ptr<float>();
+  thread_local std::vector<uint16_t> act_bf16;
+  const uint16_t* ab = RoundedOnce(plan.Rounds(&ExpertRows::down), ap, T, F, &act_bf16);
+  at::Tensor y = at::empty({T, D}, at::kFloat);
+  at::Tensor out = at::empty({N, D}, at::kFloat);
+  float* yp = y.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  ForEachChunk(D, GemvChunkRows(D), [&](int64_t n0, int64_t n1) {
+    for (const ExpertRows& ex : plan.experts) {
+      const uint16_t* exb = ab == nullptr ? nullptr : ab + ex.first * Bf16DotStride(F);
+      GemvAllRows(ap + ex.first * F, exb, ex.rows, ex.down, n0, n1, yp + ex.first * D, D);
+    }
+    plan.SumOutputs(yp, S, gates, n0, n1, op);
+  });
+  return out;
+}
+
+at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
+  const LayerWeights& L = w_.layers[layer];
+  const int64_t N = h.size(0);
+  at::Tensor logits = Linear(h, L.router);  // [N, E]
+  at::Tensor idx = TopKExperts(logits, config().top_k);
+  at::Tensor gates = TopKGates(logits, idx);  // [N, top_k]
+
+  // Decode-sized batches through the decode kernels: every expert's
+  // matmuls in two parallel regions instead of 2 per expert, and no
+  // gather/scatter tensor calls.
+  if (N <= kGemvMaxBatchRows && !fused_.empty() && GemvAvailable() && !at::GradMode::is_enabled() &&
+      h.scalar_type() == at::kFloat && h.dim() == 2) {
+    const at::Tensor g = gates.contiguous();
+    at::Tensor out = MoeRows(layer, h, idx.data_ptr<int64_t>(), g.data_ptr<float>());
+    if (out.defined()) return out;
+  }
+
+  at::Tensor out;
+  for (size_t j = 0; j < L.shared_gate.size(); ++j) {
+    at::Tensor s = SharedMlp(layer, static_cast<int64_t>(j), h);
+    out = out.defined() ? out + s : s;
+  }
+  if (!out.defined()) out = at::zeros_like(h);
+
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  if (N == 1) {
+    // One token (batch-1 decode): no gather/scatter needed.
+    for (int64_t s = 0; s < config().top_k; ++s) {
+      const int64_t e = ip[s];
+      out = out + gates.select(1, s) * ExpertMlp(layer, e, h);
+    }
+    return out;
+  }
+  // Group rows by expert so each expert runs one matmul over its rows.
+  std::vector<std::vector<int64_t>> rows(config().n_experts), slots(config().n_experts);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t s = 0; s < config().top_k; ++s) {
+      rows[ip[n * config().top_k + s]].push_back(n);
+      slots[ip[n * config().top_k + s]].push_back(n * config().top_k + s);
+    }
+  }
+  // Each (row, slot) contribution lands in its own place and is summed in
+  // slot order afterwards, as the N == 1 path sums it: a sequence's tokens
+  // do not depend on which others share its batch.
+  at::Tensor flat_gates = gates.reshape({-1});
+  at::Tensor contrib = at::empty({N * config().top_k, h.size(1)}, out.options());
+  for (int64_t e = 0; e < config().n_experts; ++e) {
+    if (rows[e].empty()) continue;
+    at::Tensor slot = at::tensor(slots[e], at::kLong);
+    at::Tensor y = ExpertMlp(layer, e, h.index_select(0, at::tensor(rows[e], at::kLong)));
+    contrib.index_copy_(0, slot, flat_gates.index_select(0, slot).unsqueeze(1) * y);
+  }
+  contrib = contrib.view({N, config().top_k, h.size(1)});
+  for (int64_t s = 0; s < config().top_k; ++s) out = out + contrib.select(1, s);
+  return out;
+}
+
+}  // namespace pdserve
