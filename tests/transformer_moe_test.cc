@@ -12,6 +12,8 @@
 #include "common/model/checkpoint.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
 #include "tests/test_util.h"
 
@@ -73,14 +75,13 @@ TEST_P(MoeRowsTest, Bf16DotEqualsTheGeneralPath) {
 INSTANTIATE_TEST_SUITE_P(SharedExperts, MoeRowsTest, ::testing::Values(0, 1, 2),
                          [](const ::testing::TestParamInfo<int64_t>& p) { return "shared" + std::to_string(p.param); });
 
-// int8 (Q8_0) experts are not fp32/bf16 matrices: MoeRows declines them
-// and a no-grad forward falls back to the general path.
-TEST(MoeRowsFallbackTest, Int8WeightsTakeTheGeneralPath) {
-  if (!GemvAvailable()) GTEST_SKIP() << "no AVX2+FMA: the decode kernels do not run here";
-  ModelWeights w = RandomWeights(testing::TinyConfig(), 7);
-  ConvertWeights(&w, WeightsDtype::kInt8);
-  const Transformer model(std::move(w));
-  for (int64_t T : {1, 9}) EXPECT_TRUE(at::equal(Logits(model, T, false), Logits(model, T, true))) << T;
+// Q8_0 experts through the kernel PDSERVE_Q8_KERNEL picks (read once per
+// process: ctest runs this case again as transformer_moe_q8dot_test with
+// PDSERVE_Q8_KERNEL=dot).
+TEST_P(MoeRowsTest, Int8EqualsTheGeneralPath) {
+  if (!GemvQ8Available()) GTEST_SKIP() << "no AVX2+FMA+F16C: the int8 decode kernels do not run here";
+  SCOPED_TRACE(Q8KernelIsDot() ? "int8 dot kernel" : "int8 fma kernel");
+  ExpectMoeRowsEqualsGeneralPath(Config(), WeightsDtype::kInt8);
 }
 
 }  // namespace

@@ -7,20 +7,54 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/linear_int8.h"
 #include "common/model/gemv_tiles.h"
 
 namespace pdserve {
 
+int64_t GemvMatrix::row_bytes() const { return q8 ? Q8RowBytes(cols) : cols * (bf16 ? 2 : 4); }
+
 GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e) {
   const bool stacked = e >= 0;
+  const bool q8 = IsQ8(w);
   if (w.dim() != (stacked ? 3 : 2) || !w.is_contiguous() ||
-      (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16) || (stacked && e >= w.size(0))) {
+      (w.scalar_type() != at::kFloat && w.scalar_type() != at::kBFloat16 && !q8) || (stacked && e >= w.size(0))) {
     return {};
   }
-  const int64_t rows = w.size(stacked ? 1 : 0), cols = w.size(stacked ? 2 : 1);
+  const int64_t rows = w.size(stacked ? 1 : 0), last = w.size(stacked ? 2 : 1);
+  const int64_t cols = q8 ? last / kQ8BlockBytes * kQ8Block : last;
   const char* base = static_cast<const char*>(w.data_ptr());
-  const int64_t offset = stacked ? e * rows * cols * static_cast<int64_t>(w.element_size()) : 0;
-  return {base + offset, w.scalar_type() == at::kBFloat16, rows, cols};
+  const int64_t offset = stacked ? e * rows * last * static_cast<int64_t>(w.element_size()) : 0;
+  return {base + offset, w.scalar_type() == at::kBFloat16, q8, rows, cols};
+}
+
+GemvX GemvX::From(int64_t m, int64_t K) const {
+  GemvX r = *this;
+  r.x = x + m * K;
+  if (bf16 != nullptr) r.bf16 = bf16 + m * Bf16DotStride(K);
+  if (q8 != nullptr) {
+    r.q8 = q8 + m * K;
+    r.q8_scales = q8_scales + m * (K / kQ8Block);
+  }
+  return r;
+}
+
+GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* buffer) {
+  GemvX r{x};
+  const int64_t K = w.cols;
+  if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {
+    buffer->bf16.resize(M * Bf16DotStride(K));
+    RoundRowsToBf16(x, M, K, buffer->bf16.data());
+    r.bf16 = buffer->bf16.data();
+  } else if (w.q8 && Q8KernelIsDot()) {
+    buffer->q8.resize(M * K);
+    buffer->q8_scales.resize(M * (K / kQ8Block));
+    QuantizeRowsQ8(x, M, K, buffer->q8.data(), buffer->q8_scales.data());
+    r.q8 = buffer->q8.data();
+    r.q8_scales = buffer->q8_scales.data();
+  }
+  return r;
 }
 
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
@@ -33,20 +67,24 @@ void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_
   }
 }
 
-bool GemvRoundsX(const GemvMatrix& w) { return w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot; }
-
-void GemvAllRows(const float* x, const uint16_t* xb, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1,
-                 float* y, int64_t ldy) {
+void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   const int64_t tile = M <= kGemvMaxRows ? std::max<int64_t>(1, t1 - t0) : GemvTileRows(w.row_bytes());
-  const int64_t ldxb = Bf16DotStride(w.cols);
+  const int64_t K = w.cols;
+  const auto* wb = static_cast<const uint8_t*>(w.data);
   for (int64_t a = t0; a < t1; a += tile) {
     const int64_t b = std::min(t1, a + tile);
     for (int64_t m = 0; m < M; m += kGemvMaxRows) {
       const int64_t rows = std::min(kGemvMaxRows, M - m);
-      if (xb != nullptr) {
-        GemvBf16DotRounded(xb + m * ldxb, rows, w.cols, static_cast<const uint16_t*>(w.data), a, b, y + m * ldy, ldy);
+      const GemvX xm = x.From(m, K);
+      float* ym = y + m * ldy;
+      if (xm.bf16 != nullptr) {
+        GemvBf16DotRounded(xm.bf16, rows, K, static_cast<const uint16_t*>(w.data), a, b, ym, ldy);
+      } else if (w.q8 && xm.q8 != nullptr) {
+        GemvQ8Dot(xm.q8, xm.q8_scales, rows, K, wb, a, b, ym, ldy);
+      } else if (w.q8) {
+        GemvQ8Fma(xm.x, rows, K, wb, a, b, ym, ldy);
       } else {
-        GemvRows(x + m * w.cols, rows, w, a, b, y + m * ldy, ldy);
+        GemvRows(xm.x, rows, w, a, b, ym, ldy);
       }
     }
   }

@@ -6,22 +6,49 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace pdserve {
 
-// A weight matrix [rows, cols], fp32 or bf16 (raw uint16), row-major.
+// A weight matrix [rows, cols] (cols = K), row-major: fp32, bf16 (raw
+// uint16) or Q8_0 (linear_int8.h: Q8RowBytes(cols) bytes a row).
 struct GemvMatrix {
   const void* data = nullptr;  // nullptr: not usable by the kernels
-  bool bf16 = false;
+  bool bf16 = false, q8 = false;
   int64_t rows = 0, cols = 0;
 
-  int64_t row_bytes() const { return cols * (bf16 ? 2 : 4); }
+  int64_t row_bytes() const;
+  bool same_kind(const GemvMatrix& o) const { return bf16 == o.bf16 && q8 == o.q8; }
 };
 
-// w, or matrix e of a 3-D [E, rows, cols] stack (e >= 0), when it is fp32
-// or bf16 and contiguous, without a tensor call per use; data == nullptr
-// when it is not (int8 weights, a strided view).
+// w, or matrix e of a 3-D [E, rows, cols] stack (e >= 0), when it is fp32,
+// bf16 or Q8_0 and contiguous, without a tensor call per use; data ==
+// nullptr when it is not (a strided view, another dtype).
 GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1);
+
+// Rows of x [M, K] as one kind of matrix's kernel reads them: fp32, and
+// where that kernel rounds x (bf16 under --bf16-matmul dot, int8 under
+// PDSERVE_Q8_KERNEL=dot) the rounded rows, prepared once for many chunks.
+struct GemvX {
+  const float* x = nullptr;          // [M, K]
+  const uint16_t* bf16 = nullptr;    // [M, Bf16DotStride(K)] (gemv_bf16dot.h), or nullptr
+  const int8_t* q8 = nullptr;        // [M, K] quantized per block of 32 (gemv_q8.h), or nullptr
+  const float* q8_scales = nullptr;  // [M, K / 32]
+
+  // The same rows from row m on.
+  GemvX From(int64_t m, int64_t K) const;
+};
+
+// Owns the rounded rows of a GemvX.
+struct GemvXBuffer {
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> q8;
+  std::vector<float> q8_scales;
+};
+
+// x [M, K] prepared for the kernel of matrices of w's kind, into *buffer
+// where that kernel rounds x.
+GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* buffer);
 
 // Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against weight rows
 // [t0, t1): y[m * ldy + n]. The kernel is the one Linear uses for this
@@ -29,18 +56,11 @@ GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1);
 // so each output has Linear's bits.
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
-// Whether GemvRows rounds x to bf16 for w (--bf16-matmul dot, bf16 w): a
-// caller that passes the same rows over many chunks rounds them once
-// (RoundRowsToBf16, gemv_bf16dot.h) and hands them to GemvAllRows as xb.
-bool GemvRoundsX(const GemvMatrix& w);
-
-// Every row of x [M, w.cols] (any M) against weight rows [t0, t1), in
-// groups of kGemvMaxRows; past kGemvMaxRows rows, tile by tile of
-// GemvTileRows weight rows, so a tile stays in L2 while every group passes
-// (ForEachGemvTile's order within one chunk). xb: x already rounded
-// (stride Bf16DotStride(w.cols)) where GemvRoundsX(w), else nullptr. The
-// same bits as GemvRows.
-void GemvAllRows(const float* x, const uint16_t* xb, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1,
-                 float* y, int64_t ldy);
+// Every row of x [M, w.cols] (any M; PrepareGemvX for w) against weight
+// rows [t0, t1), in groups of kGemvMaxRows; past kGemvMaxRows rows, tile by
+// tile of GemvTileRows weight rows, so a tile stays in L2 while every group
+// passes (ForEachGemvTile's order within one chunk). The same kernels and
+// bits as Linear (GemvRows; LinearQ8's for Q8_0 weights).
+void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
 }  // namespace pdserve

@@ -108,6 +108,8 @@ at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel)
 
 bool IsQ8(const at::Tensor& w) { return w.defined() && w.scalar_type() == at::kChar; }
 
+bool Q8KernelIsDot(Q8Kernel kernel) { return UsesDot(kernel); }
+
 bool Q8Quantizable(int64_t K) { return K > 0 && K % kQ8Block == 0; }
 
 at::Tensor QuantizeQ8(const at::Tensor& w) {

@@ -35,6 +35,8 @@ at::Tensor DequantizeQ8(const at::Tensor& q);
 // VNNI CPUs, but it adds x's rounding error); measured in docs/benchmarks.md,
 // "int8 weights" and "AVX-512 VNNI int8 decode kernel".
 enum class Q8Kernel { kDefault, kDot, kFma };
+// Whether `kernel` is the dot kernel (kDefault: PDSERVE_Q8_KERNEL=dot).
+bool Q8KernelIsDot(Q8Kernel kernel = Q8Kernel::kDefault);
 
 // x W^T in fp32 for a 2-D Q8_0 weight W [N, Q8RowBytes(K)]; x [M, K] fp32.
 // Up to kGemvMaxBatchRows rows use `kernel` (AVX2+FMA+F16C CPUs); more rows (prefill) widen W

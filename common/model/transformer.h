@@ -80,8 +80,9 @@ class Transformer {
   // decode kernels, with the same bits as its general path: every shared
   // and routed expert's gate|up (top_k ids per row in `idx`, weights in
   // `gates`) in one parallel region, their down projections and the
-  // weighted sums in another. Undefined where a weight is not fp32/bf16 and
-  // contiguous (int8). In transformer_moe.cc, with the rest of the MoE.
+  // weighted sums in another. Undefined where a weight is not usable by the
+  // kernels (gemv_matrix.h: a strided view; Q8_0 without AVX2+FMA+F16C).
+  // In transformer_moe.cc, with the rest of the MoE.
   at::Tensor MoeRows(int64_t layer, const at::Tensor& h, const int64_t* idx, const float* gates) const;
 
   // Inference layout: q|kv and gate|up stored side by side so that each is

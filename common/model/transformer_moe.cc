@@ -9,9 +9,9 @@
 #include <cmath>
 #include <vector>
 
-#include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_matrix.h"
+#include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/transformer.h"
 
@@ -74,20 +74,10 @@ at::Tensor TopKGates(const at::Tensor& logits, const at::Tensor& idx) {
 // One expert MLP of MoeRows: its matrices, its rows of x, and where its
 // rows sit in MoeRows' buffers (first .. first + rows).
 struct ExpertRows {
-  GemvMatrix gate_up, down;        // [2F, D], [D, F]
-  const float* x = nullptr;        // [rows, D]
-  const uint16_t* xb = nullptr;    // x rounded to bf16 where GemvRoundsX, else nullptr
+  GemvMatrix gate_up, down;  // [2F, D], [D, F]
+  GemvX x;                   // [rows, D], prepared for gate_up's kernel
   int64_t rows = 0, first = 0;
 };
-
-// Rows [M, K] of x rounded to bf16 once for the dot kernel (GemvRoundsX),
-// into `buffer`; nullptr where the kernel takes fp32 x.
-const uint16_t* RoundedOnce(bool round, const float* x, int64_t M, int64_t K, std::vector<uint16_t>* buffer) {
-  if (!round) return nullptr;
-  buffer->resize(M * Bf16DotStride(K));
-  RoundRowsToBf16(x, M, K, buffer->data());
-  return buffer->data();
-}
 
 // Which rows of h [N, D] each expert of one layer takes, and where its
 // rows sit in MoeRows' buffers: the shared experts over every row first,
@@ -99,13 +89,13 @@ class MoePlan {
       : h_(h), N_(N), D_(D), top_k_(top_k), where_(N * top_k), routed_x_(N * top_k * D) {}
 
   void AddShared(GemvMatrix gate_up, GemvMatrix down) {
-    experts.push_back({gate_up, down, h_, nullptr, N_, next_});
+    experts.push_back({gate_up, down, GemvX{h_}, N_, next_});
     next_ += N_;
     shared_rows_ = next_;
   }
   // Expert e over the rows whose top-k (idx [N, top_k]) holds it, if any.
   void AddRouted(int64_t e, const int64_t* idx, GemvMatrix gate_up, GemvMatrix down) {
-    ExpertRows ex{gate_up, down, RoutedX(next_), nullptr, 0, next_};
+    ExpertRows ex{gate_up, down, GemvX{RoutedX(next_)}, 0, next_};
     for (int64_t i = 0; i < N_ * top_k_; ++i) {
       if (idx[i] != e) continue;
       std::copy(h_ + (i / top_k_) * D_, h_ + (i / top_k_ + 1) * D_, RoutedX(next_));
@@ -114,25 +104,22 @@ class MoePlan {
     }
     if (ex.rows > 0) experts.push_back(ex);
   }
-  // Every matrix is fp32 or bf16 and contiguous (not int8).
+  // Every matrix is usable by the kernels, all gate|up of one kind and all
+  // down of one kind (so one preparation of x serves each).
   bool Usable() const {
-    return std::all_of(experts.begin(), experts.end(),
-                       [](const ExpertRows& ex) { return ex.gate_up.data != nullptr && ex.down.data != nullptr; });
+    const auto usable = [](const GemvMatrix& m) { return m.data != nullptr && (!m.q8 || GemvQ8Available()); };
+    return !experts.empty() && std::all_of(experts.begin(), experts.end(), [&](const ExpertRows& ex) {
+      return usable(ex.gate_up) && usable(ex.down) && ex.gate_up.same_kind(experts[0].gate_up) &&
+             ex.down.same_kind(experts[0].down);
+    });
   }
   int64_t rows() const { return next_; }
-  // Whether the kernel rounds x for every expert's matrix `m` (GemvRoundsX).
-  bool Rounds(GemvMatrix ExpertRows::*m) const {
-    return std::all_of(experts.begin(), experts.end(), [m](const ExpertRows& ex) { return GemvRoundsX(ex.*m); });
-  }
-  // Under --bf16-matmul dot, the gate|up inputs rounded once, not per chunk.
-  void RoundInputs() {
-    const bool round = Rounds(&ExpertRows::gate_up);
-    const uint16_t* hb = RoundedOnce(round, h_, N_, D_, &h_bf16_);
-    const uint16_t* rb = RoundedOnce(round, routed_x_.data(), next_ - shared_rows_, D_, &routed_bf16_);
-    if (!round) return;
-    for (ExpertRows& ex : experts) {
-      ex.xb = ex.first < shared_rows_ ? hb : rb + (ex.first - shared_rows_) * Bf16DotStride(D_);
-    }
+  // Each expert's rows prepared for the gate|up kernel (rounded once where
+  // it rounds x, not per chunk).
+  void PrepareInputs() {
+    const GemvX h = PrepareGemvX(experts[0].gate_up, h_, N_, &h_buffer_);
+    const GemvX routed = PrepareGemvX(experts[0].gate_up, routed_x_.data(), next_ - shared_rows_, &routed_buffer_);
+    for (ExpertRows& ex : experts) ex.x = ex.first < shared_rows_ ? h : routed.From(ex.first - shared_rows_, D_);
   }
   // Columns [n0, n1) of out [N, D] from the experts' outputs y [rows(), D],
   // in Moe's order and roundings: the S shared outputs added in turn, then
@@ -162,7 +149,7 @@ class MoePlan {
   int64_t next_ = 0, shared_rows_ = 0;
   std::vector<int64_t> where_;  // buffer row of (row n, slot s)
   std::vector<float> routed_x_;
-  std::vector<uint16_t> h_bf16_, routed_bf16_;
+  GemvXBuffer h_buffer_, routed_buffer_;
 };
 
 }  // namespace
@@ -183,16 +170,16 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   const LayerWeights& L = w_.layers[layer];
   const Fused& f = fused_[layer];
   const int64_t N = h.size(0), D = h.size(1), S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
-  if (AsGemvMatrix(f.gate_up, 0).data == nullptr) return at::Tensor();  // int8: Moe's path, before any copy
+  if (AsGemvMatrix(f.gate_up, 0).data == nullptr) return at::Tensor();  // before any copy
   const at::Tensor hc = h.contiguous();
   MoePlan plan(hc.data_ptr<float>(), N, D, top_k);
   for (int64_t j = 0; j < S; ++j) plan.AddShared(AsGemvMatrix(f.shared[j]), AsGemvMatrix(L.shared_down[j]));
   for (int64_t e = 0; e < config().n_experts; ++e) {
     plan.AddRouted(e, idx, AsGemvMatrix(f.gate_up, e), AsGemvMatrix(L.down_proj, e));
   }
-  if (!plan.Usable()) return at::Tensor();  // int8: Moe's path
+  if (!plan.Usable()) return at::Tensor();
   const int64_t T = plan.rows(), F = plan.experts[0].gate_up.rows / 2;
-  plan.RoundInputs();
+  plan.PrepareInputs();
 
   // Region 1: every expert's gate|up over its rows, chunk by chunk of the
   // 2F output columns.
@@ -200,7 +187,7 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   float* gp = gu.data_ptr<float>();
   ForEachChunk(2 * F, GemvChunkRows(2 * F), [&](int64_t n0, int64_t n1) {
     for (const ExpertRows& ex : plan.experts) {
-      GemvAllRows(ex.x, ex.xb, ex.rows, ex.gate_up, n0, n1, gp + ex.first * 2 * F, 2 * F);
+      GemvAllRows(ex.x, ex.rows, ex.gate_up, n0, n1, gp + ex.first * 2 * F, 2 * F);
     }
   });
   // As GateUpMlp, expert by expert (the same ATen ops on the same shapes).
@@ -213,16 +200,15 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   // Region 2: every expert's down projection, then the weighted sums of
   // each chunk's columns.
   const float* ap = act.data_ptr<float>();
-  thread_local std::vector<uint16_t> act_bf16;
-  const uint16_t* ab = RoundedOnce(plan.Rounds(&ExpertRows::down), ap, T, F, &act_bf16);
+  thread_local GemvXBuffer act_buffer;
+  const GemvX act_x = PrepareGemvX(plan.experts[0].down, ap, T, &act_buffer);
   at::Tensor y = at::empty({T, D}, at::kFloat);
   at::Tensor out = at::empty({N, D}, at::kFloat);
   float* yp = y.data_ptr<float>();
   float* op = out.data_ptr<float>();
   ForEachChunk(D, GemvChunkRows(D), [&](int64_t n0, int64_t n1) {
     for (const ExpertRows& ex : plan.experts) {
-      const uint16_t* exb = ab == nullptr ? nullptr : ab + ex.first * Bf16DotStride(F);
-      GemvAllRows(ap + ex.first * F, exb, ex.rows, ex.down, n0, n1, yp + ex.first * D, D);
+      GemvAllRows(act_x.From(ex.first, F), ex.rows, ex.down, n0, n1, yp + ex.first * D, D);
     }
     plan.SumOutputs(yp, S, gates, n0, n1, op);
   });
