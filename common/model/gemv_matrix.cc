@@ -8,8 +8,8 @@
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_q8.h"
-#include "common/model/linear_int8.h"
 #include "common/model/gemv_tiles.h"
+#include "common/model/linear_int8.h"
 
 namespace pdserve {
 

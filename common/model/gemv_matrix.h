@@ -51,9 +51,10 @@ struct GemvXBuffer {
 GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* buffer);
 
 // Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against weight rows
-// [t0, t1): y[m * ldy + n]. The kernel is the one Linear uses for this
-// matrix (fp32, exact bf16, or under --bf16-matmul dot x rounded to bf16),
-// so each output has Linear's bits.
+// [t0, t1) of an fp32 or bf16 w (not Q8_0: GemvAllRows): y[m * ldy + n].
+// The kernel is the one Linear uses for this matrix (fp32, exact bf16, or
+// under --bf16-matmul dot x rounded to bf16), so each output has Linear's
+// bits.
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
 // Every row of x [M, w.cols] (any M; PrepareGemvX for w) against weight
