@@ -11,7 +11,6 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
-#include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_matrix.h"
 #include "common/model/gemv_tiles.h"

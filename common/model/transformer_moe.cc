@@ -170,7 +170,6 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   const LayerWeights& L = w_.layers[layer];
   const Fused& f = fused_[layer];
   const int64_t N = h.size(0), D = h.size(1), S = static_cast<int64_t>(f.shared.size()), top_k = config().top_k;
-  if (AsGemvMatrix(f.gate_up, 0).data == nullptr) return at::Tensor();  // before any copy
   const at::Tensor hc = h.contiguous();
   MoePlan plan(hc.data_ptr<float>(), N, D, top_k);
   for (int64_t j = 0; j < S; ++j) plan.AddShared(AsGemvMatrix(f.shared[j]), AsGemvMatrix(L.shared_down[j]));
