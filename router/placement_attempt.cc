@@ -132,13 +132,17 @@ RouterService::PlacementAttempt::Next RouterService::PlacementAttempt::OnMessage
       }
       break;
     case Phase::kFirstToken:
+      // The prefill failed before any token came, and OnPrefillDone is
+      // cancelling this stream: its late tokens are dropped, unseen by the
+      // client, and the attempt fails over (AttributeFailure).
+      if (prefill_done_ && !pst_.ok()) break;
       phase_ = Phase::kRelay;
       if (!prefill_done_) {
         held_ = std::move(msg_);  // until the prefill's answer (no read meanwhile)
         next.read = false;
         break;
       }
-      if (pst_.ok()) RecordPrefill();
+      RecordPrefill();
       Relay(msg_, &next);
       break;
     case Phase::kRelay:
@@ -155,11 +159,15 @@ void RouterService::PlacementAttempt::OnPrefillDone(grpc::Status status) {
     absl::MutexLock lock(&mu_);
     pst_ = std::move(status);
     prefill_done_ = true;
-    // The K/V will not come: end the reservation (unless the Decode stream
-    // already ended, whose own status must not be overwritten).
-    if (!pst_.ok() && !decode_ended_) next.cancel_decode = true;
+    // A failed prefill whose K/V never reached the decode worker: end the
+    // reservation (unless the Decode stream already ended, whose own status
+    // must not be overwritten). A first token already held proves the
+    // opposite: the decode worker took the whole checksummed hand-off, and
+    // only the prefill's answer was lost (its worker died or stalled past
+    // the push), so the stream goes on.
+    if (!pst_.ok() && !decode_ended_ && !held_.has_value()) next.cancel_decode = true;
     if (held_.has_value()) {
-      if (pst_.ok()) RecordPrefill();
+      RecordPrefill();
       const DecodeResponse first = std::move(*held_);
       held_.reset();
       Relay(first, &next);
@@ -197,6 +205,7 @@ bool RouterService::PlacementAttempt::Relay(const DecodeResponse& msg, Next* nex
   return true;
 }
 
+// The prefill's numbers are zero when its answer was lost (OnPrefillDone).
 void RouterService::PlacementAttempt::RecordPrefill() {
   pdserve::v1::Usage* usage = call_->usage();
   usage->set_prefill_ns(presp_.prefill_ns());

@@ -11,7 +11,10 @@
 //                 first, the prefill is cancelled at once; the first token
 //                 waits for the prefill's answer (whose numbers the usage
 //                 carries), then every message is relayed through
-//                 GenerateCall::RelayMessage;
+//                 GenerateCall::RelayMessage. A prefill that fails before
+//                 the first token cancels the Decode call; one that fails
+//                 after it (the hand-off arrived, its answer was lost)
+//                 does not;
 //   OnDone /      after the last of the two calls ends: Conclude names the
 //   OnPrefillDone outcome and which worker to avoid (from the trailing
 //                 metadata `pdserve-failed-side`, or which stream broke

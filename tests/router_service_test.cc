@@ -42,12 +42,18 @@ using internal::v1::PrefillResponse;
 
 // What a fake worker does with one call.
 struct Action {
-  enum Kind { kServe, kFail, kHang } kind = kServe;
+  // kPushThenFail: a prefill worker that hands the K/V off, then fails
+  // its own call (after the decode worker streamed when `after_stream`).
+  enum Kind { kServe, kFail, kHang, kPushThenFail } kind = kServe;
   grpc::StatusCode code = grpc::StatusCode::OK;
   std::string side;  // pdserve-failed-side of a kFail ("" = none)
+  bool after_stream = false;
 };
 Action Fail(grpc::StatusCode code, std::string side = "") { return {Action::kFail, code, std::move(side)}; }
 Action Hang() { return {Action::kHang, grpc::StatusCode::OK, ""}; }
+Action PushThenFail(grpc::StatusCode code, bool after_stream) {
+  return {Action::kPushThenFail, code, "", after_stream};
+}
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
   const absl::Time end = absl::Now() + timeout;
@@ -58,7 +64,8 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::S
   return true;
 }
 
-// Request ids whose K/V the fake prefill workers "pushed".
+// Request ids whose K/V the fake prefill workers "pushed", and those the
+// fake decode workers streamed a token of.
 class Board {
  public:
   void Push(const std::string& rid) {
@@ -69,10 +76,18 @@ class Board {
     absl::MutexLock lock(&mu_);
     return pushed_.contains(rid);
   }
+  void Streamed(const std::string& rid) {
+    absl::MutexLock lock(&mu_);
+    streamed_.insert(rid);
+  }
+  bool HasStreamed(const std::string& rid) {
+    absl::MutexLock lock(&mu_);
+    return streamed_.contains(rid);
+  }
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_set<std::string> pushed_;
+  absl::flat_hash_set<std::string> pushed_, streamed_;
 };
 
 // The script, the load and what was seen, shared by both fakes.
@@ -156,6 +171,10 @@ class FakePrefill final : public internal::v1::PrefillWorker::Service {
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     }
     board_->Push(req->request_id());
+    if (a.kind == Action::kPushThenFail) {
+      if (a.after_stream) WaitOrCancelled(ctx, [&] { return board_->HasStreamed(req->request_id()); });
+      return Failed(ctx, a);
+    }
     resp->set_first_token(req->token_ids(0));
     return grpc::Status::OK;
   }
@@ -194,6 +213,7 @@ class FakeDecode final : public internal::v1::DecodeWorker::Service {
       for (size_t j = i; j < std::min(i + 2, tokens_.size()); ++j) msg.add_token_ids(tokens_[j]);
       if (i + 2 >= tokens_.size()) msg.set_finish_reason(pdserve::v1::FINISH_REASON_LENGTH);
       writer->Write(msg);
+      board_->Streamed(rid);
     }
     return grpc::Status::OK;
   }
@@ -474,6 +494,35 @@ TEST_F(RouterServiceTest, FailureMarkedPrefillSideExcludesThePrefillWorker) {
   EXPECT_EQ(decode_[0]->script.calls(), 2);
   EXPECT_EQ(decode_[1]->script.calls(), 0);
   EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[1]);
+}
+
+// The prefill worker's call fails after its hand-off reached the decode
+// worker, which has streamed: the K/V is there, so the stream goes on.
+TEST_F(RouterServiceTest, PrefillFailingAfterTheFirstTokenKeepsTheStream) {
+  StartStack(2, 1);
+  prefill_[0]->script.Then(PushThenFail(grpc::StatusCode::UNAVAILABLE, /*after_stream=*/true));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{kH, kI, kJ}));
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+  EXPECT_EQ(decode_[0]->script.cancelled(), 0);
+  EXPECT_EQ(prefill_[1]->script.calls(), 0);
+  EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[0]);
+}
+
+// The same failure racing the first token: whichever comes first, the
+// client sees either the whole answer from this attempt or, the token
+// dropped unseen, the whole answer from a retry; never tokens then an error.
+TEST_F(RouterServiceTest, PrefillFailingAsTheFirstTokenComesNeverCutsTheStream) {
+  StartStack(2, 1);
+  for (int i = 0; i < 20; ++i) {
+    // RESOURCE_EXHAUSTED: retried, and the worker stays in the pool.
+    prefill_[0]->script.Then(PushThenFail(grpc::StatusCode::RESOURCE_EXHAUSTED, /*after_stream=*/false));
+    Result r = Generate();
+    ASSERT_TRUE(r.status.ok()) << "round " << i << ": " << r.status.error_message();
+    EXPECT_EQ(r.tokens, (std::vector<uint32_t>{kH, kI, kJ})) << "round " << i;
+  }
+  EXPECT_EQ(prefill_[0]->script.calls(), 20);
 }
 
 // Every decode worker full: the request waits for room instead of failing,
