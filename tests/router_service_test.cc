@@ -64,30 +64,27 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::S
   return true;
 }
 
-// Request ids whose K/V the fake prefill workers "pushed", and those the
-// fake decode workers streamed a token of.
-class Board {
+// A set of request ids, shared by the fakes' threads.
+class IdSet {
  public:
-  void Push(const std::string& rid) {
+  void Add(const std::string& rid) {
     absl::MutexLock lock(&mu_);
-    pushed_.insert(rid);
+    ids_.insert(rid);
   }
   bool Has(const std::string& rid) {
     absl::MutexLock lock(&mu_);
-    return pushed_.contains(rid);
-  }
-  void Streamed(const std::string& rid) {
-    absl::MutexLock lock(&mu_);
-    streamed_.insert(rid);
-  }
-  bool HasStreamed(const std::string& rid) {
-    absl::MutexLock lock(&mu_);
-    return streamed_.contains(rid);
+    return ids_.contains(rid);
   }
 
  private:
   absl::Mutex mu_;
-  absl::flat_hash_set<std::string> pushed_, streamed_;
+  absl::flat_hash_set<std::string> ids_;
+};
+
+// What the fakes did, by request id: the prefill workers "pushed" its K/V,
+// the decode workers streamed a token of it.
+struct Board {
+  IdSet pushed, streamed;
 };
 
 // The script, the load and what was seen, shared by both fakes.
@@ -170,9 +167,9 @@ class FakePrefill final : public internal::v1::PrefillWorker::Service {
       script_->CountCancelled();
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
     }
-    board_->Push(req->request_id());
+    board_->pushed.Add(req->request_id());
     if (a.kind == Action::kPushThenFail) {
-      if (a.after_stream) WaitOrCancelled(ctx, [&] { return board_->HasStreamed(req->request_id()); });
+      if (a.after_stream) WaitOrCancelled(ctx, [&] { return board_->streamed.Has(req->request_id()); });
       return Failed(ctx, a);
     }
     resp->set_first_token(req->token_ids(0));
@@ -203,7 +200,7 @@ class FakeDecode final : public internal::v1::DecodeWorker::Service {
     admitted.set_admitted(true);
     writer->Write(admitted);
     const std::string rid = req->request_id();
-    if (!WaitOrCancelled(ctx, [&] { return req->prefill_locally() || board_->Has(rid); }) ||
+    if (!WaitOrCancelled(ctx, [&] { return req->prefill_locally() || board_->pushed.Has(rid); }) ||
         (a.kind == Action::kHang && !WaitOrCancelled(ctx, [] { return false; }))) {
       script_->CountCancelled();
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
@@ -213,7 +210,7 @@ class FakeDecode final : public internal::v1::DecodeWorker::Service {
       for (size_t j = i; j < std::min(i + 2, tokens_.size()); ++j) msg.add_token_ids(tokens_[j]);
       if (i + 2 >= tokens_.size()) msg.set_finish_reason(pdserve::v1::FINISH_REASON_LENGTH);
       writer->Write(msg);
-      board_->Streamed(rid);
+      board_->streamed.Add(rid);
     }
     return grpc::Status::OK;
   }
