@@ -35,11 +35,11 @@ struct Case {
   std::vector<float> q, sinks, k, v;  // k, v as fp32 (already bf16-exact when shape.bf16)
   std::vector<uint16_t> k16, v16;
 
-  Case(DecodeAttnShape s, int64_t n, uint32_t seed) : shape(s), rows(n) {
+  Case(DecodeAttnShape s, int64_t n, uint32_t seed, float q_scale = 2.0f) : shape(s), rows(n) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     const int64_t H = s.n_heads, K = s.n_kv_heads, d = s.head_dim;
-    for (int64_t i = 0; i < H * d; ++i) q.push_back(2.0f * dist(rng));  // peaked softmax too
+    for (int64_t i = 0; i < H * d; ++i) q.push_back(q_scale * dist(rng));  // peaked softmax too
     for (int64_t i = 0; i < H; ++i) sinks.push_back(dist(rng));
     for (int64_t i = 0; i < n * K * d; ++i) {
       k.push_back(dist(rng));
@@ -101,8 +101,11 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, d
 
 // Lengths: one row, a few, less than a split (the window), exactly one split, one past it, several splits with a ragged end.
 const int64_t kLengths[] = {1, 5, 100, kDecodeSplitRows, kDecodeSplitRows + 1, 3 * kDecodeSplitRows + 77};
-// The 502M model's shape, and one whose d leaves vector tails and with 3 query heads per KV head.
-const DecodeAttnShape kShapes[] = {{8, 4, 96, false}, {6, 2, 44, false}};
+// The 502M model's shape; one whose d leaves vector tails (scores one row at a time); and 3, 4 and 5
+// query heads per KV head with d a whole number of vectors (the 4-row score blocks, the heads of a
+// group in one chunk or several: at most 4 per chunk on AVX-512, 2 on AVX2).
+const DecodeAttnShape kShapes[] = {
+    {8, 4, 96, false}, {6, 2, 44, false}, {6, 2, 48, false}, {12, 3, 32, false}, {10, 2, 64, false}};
 
 void CheckAgainstReference(DecodeAttnIsa isa) {
   for (DecodeAttnShape shape : kShapes) {
@@ -134,6 +137,19 @@ TEST(DecodeAttentionTest, Avx512MatchesAvx2) {
   for (bool bf16 : {false, true}) {
     const Case c({8, 4, 96, bf16}, 2 * kDecodeSplitRows + 3, 7);
     ExpectNear(c.Kernel(DecodeAttnIsa::kAvx512), c.Kernel(DecodeAttnIsa::kAvx2), 1e-5, bf16 ? "bf16" : "f32");
+  }
+}
+
+// Scores hundreds apart: the softmax's exponent goes far below where e^x underflows (the kernel's
+// vector exp clamps there), and the result is still the (near one-hot) reference.
+TEST(DecodeAttentionTest, ScoresFarApartMatchReference) {
+  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  for (DecodeAttnIsa isa : {DecodeAttnIsa::kAvx2, DecodeAttnIsa::kAvx512}) {
+    if (!DecodeAttnIsaAvailable(isa)) continue;
+    for (bool bf16 : {false, true}) {
+      const Case c({8, 4, 96, bf16}, kDecodeSplitRows + 40, 11, /*q_scale=*/100.0f);
+      ExpectNear(c.Kernel(isa), c.Reference(), 2e-5, std::string(DecodeAttnIsaName(isa)) + (bf16 ? " bf16" : " f32"));
+    }
   }
 }
 

@@ -37,6 +37,13 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// [HorizontalSum(a), .., HorizontalSum(d)] at once (a different order of
+// the same additions: pairs first, then the halves).
+inline __m128 HorizontalSum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 #pragma GCC pop_options
 
 }  // namespace avx2

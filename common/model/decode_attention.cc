@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/model/avx2_util.h"
+#include "common/model/avx512_util.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {
@@ -26,6 +27,21 @@ struct Vec {
   static __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
   static void Store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
   static float Sum(__m256 x) { return avx2::HorizontalSum(x); }
+  static __m128 Sum4(__m256 a, __m256 b, __m256 c, __m256 d) { return avx2::HorizontalSum4(a, b, c, d); }
+  static __m256 Sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+  static __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 Max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+  static float MaxLanes(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+  }
+  static __m256 Round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for whole n in [-126, 127].
+  static __m256 Pow2(__m256 n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
 };
 
 #include "common/model/decode_attention_kernel.inc"
@@ -39,6 +55,7 @@ namespace isa_avx512 {
 // GCC 12's AVX-512 headers build vectors from _mm512_undefined_*: false positives.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 struct Vec {
   static constexpr int64_t kWidth = 16;
@@ -54,6 +71,17 @@ struct Vec {
   static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
   static void Store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
   static float Sum(__m512 x) { return _mm512_reduce_add_ps(x); }
+  static __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) { return avx512::Sum4(a, b, c, d); }
+  static __m512 Sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 Max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+  static float MaxLanes(__m512 x) { return _mm512_reduce_max_ps(x); }
+  static __m512 Round(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 2^n for whole n in [-126, 127].
+  static __m512 Pow2(__m512 n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  }
 };
 
 #include "common/model/decode_attention_kernel.inc"

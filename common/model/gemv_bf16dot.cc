@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "common/model/avx512_util.h"
 #include "common/model/gemv_kernels.h"
 #include "common/util/cpu_features.h"
 
@@ -43,22 +44,6 @@ inline float Reduce(__m512 acc) {
   return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
 }
 
-// Reduce of 4 accumulators at once, [Reduce(a), Reduce(b), Reduce(c),
-// Reduce(d)], with the same additions of the same lanes (so the same bits)
-// in 14 instructions instead of ~36: lanes i + i+8, then i + i+4, i + i+2,
-// i + i+1, each step on two or four accumulators per instruction.
-inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  // [a8 | b8] with a8[i] = a[i] + a[i + 8] (quarters 0,1 + quarters 2,3).
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  // [a4 | b4 | c4 | d4] with a4[i] = a8[i] + a8[i + 4].
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  // Per quarter [x0 x1 x2 x3]: w = [x0 + x2, x1 + x3, ..], then w0 + w1.
-  const __m512 w = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4E));
-  const __m512 r = _mm512_add_ps(w, _mm512_permute_ps(w, 0xB1));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r));
-}
-
 // R consecutive weight rows (w, w + K, ...) against M rows of xb (stride
 // ldx, zero-padded); outputs y_col[m * ldy + r].
 template <int R, int M>
@@ -93,7 +78,9 @@ void Block(const uint16_t* xb, int64_t ldx, int64_t K, const uint16_t* w, float*
   }
   if constexpr (R == 4) {
 #pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) _mm_storeu_ps(y_col + m * ldy, Reduce4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    for (int m = 0; m < M; ++m) {
+      _mm_storeu_ps(y_col + m * ldy, avx512::Sum4(acc[0][m], acc[1][m], acc[2][m], acc[3][m]));
+    }
     return;
   }
 #pragma GCC unroll 4
