@@ -176,7 +176,9 @@ absl::StatusOr<at::Tensor> Transformer::DecodeStepAttention(int64_t layer, const
   if (static_cast<int64_t>(partials.size()) < first[B] * pf) partials.resize(first[B] * pf);
   float* pp = partials.data();
   const DecodeAttnIsa isa = DecodeAttnDefaultIsa();
-  at::parallel_for(0, first[B], /*grain_size=*/1, [&](int64_t t0, int64_t t1) {
+  // Tasks taken one at a time from a shared counter (ForEachChunk): a thread
+  // that wakes late takes fewer, instead of holding up the region.
+  ForEachChunk(first[B], /*chunk=*/1, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> scratch;
     scratch.resize(DecodeAttnScratchFloats(shape));
     for (int64_t t = t0; t < t1; ++t) {
