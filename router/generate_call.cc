@@ -83,6 +83,7 @@ void RouterService::GenerateCall::OnTurn(absl::Status turn) {
   tried_decode_.clear();
   tried_prefill_.clear();
   attempts_ = 0;
+  damaged_retry_taken_ = false;
   best_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no attempt made");
   best_rank_ = -1;
   NextAttempt();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -68,6 +69,9 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   pdserve::v1::Usage* usage() { return &usage_; }
   std::vector<std::string>* tried_decode() { return &tried_decode_; }
   std::vector<std::string>* tried_prefill() { return &tried_prefill_; }
+  // True the first time in a round of placements (then false): whether a
+  // damaged hand-off may be retried without excluding a worker.
+  bool TakeDamagedHandoffRetry() { return !std::exchange(damaged_retry_taken_, true); }
   int64_t streamed() const { return streamed_; }
   void SetDeadline(grpc::ClientContext* ctx) const;
   // Registers the attempt the client's going away must cancel; false when
@@ -126,6 +130,7 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   grpc::Status last_full_;  // why the last placement found no room
   std::vector<std::string> tried_decode_, tried_prefill_;
   int attempts_ = 0;        // in this round of placements
+  bool damaged_retry_taken_ = false;  // in this round of placements
   int total_attempts_ = 0;  // in all rounds
   std::string last_attempt_id_;  // the workers' request id of the last attempt
   grpc::Status best_;

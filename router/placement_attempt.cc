@@ -294,6 +294,9 @@ AttemptOutcome RouterService::PlacementAttempt::AttributeFailure() {
     }
     const grpc::Status report =
         prefill_cancelled_by_us ? Annotate(why, "decode worker", d_) : Annotate(why, "prefill worker", p_);
+    if (DamagedHandoff(why.error_code()) && call_->TakeDamagedHandoffRetry()) {
+      return {report, /*retry=*/true};  // damage in transit: any pair, this one included, may succeed
+    }
     return RetryableOnAnotherDecode(why.error_code()) ? ExcludeDecode(why, report) : AttemptOutcome{report};
   }
   const grpc::Status report = Annotate(pst_, "prefill worker", p_);

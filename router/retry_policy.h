@@ -31,6 +31,16 @@ inline bool RetryableOnAnotherDecode(grpc::StatusCode code) {
   }
 }
 
+// Codes of a hand-off the decode worker rejected as damaged (a checksum,
+// order or size check failed: FAILED_PRECONDITION) or that arrived short
+// (DATA_LOSS). Damage in transit implicates neither worker for sure, so
+// the first one in a round of placements is retried with no worker
+// excluded (the same pair may be chosen again); a second one excludes the
+// decode worker, as RetryableOnAnotherDecode does.
+inline bool DamagedHandoff(grpc::StatusCode code) {
+  return code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::DATA_LOSS;
+}
+
 // How much an attempt's status tells the client, for the final answer when
 // every attempt failed: a worker that was full (capacity) says the most, a
 // worker's own error next, the router's "no other worker to try" least.

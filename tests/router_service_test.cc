@@ -479,6 +479,33 @@ TEST_F(RouterServiceTest, FailureMarkedDecodeSideExcludesTheDecodeWorker) {
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.cancelled() == 1; }));
 }
 
+// The decode worker rejected the hand-off as damaged (a checksum, order or
+// size check): damage in transit implicates neither worker, so the retry
+// may use the same pair, here the only one.
+TEST_F(RouterServiceTest, DamagedHandoffIsRetriedOnTheSamePair) {
+  StartStack(1, 1);
+  prefill_[0]->script.Then(Fail(grpc::StatusCode::FAILED_PRECONDITION, "decode"));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{kH, kI, kJ}));
+  EXPECT_EQ(PushedTo(*prefill_[0]), (std::vector<std::string>{decode_addresses_[0], decode_addresses_[0]}));
+  EXPECT_EQ(decode_[0]->script.calls(), 2);
+}
+
+// A second damaged hand-off in one placement excludes the decode worker
+// (no loop on one pair): with no other, the client gets a rejection (the
+// first of the two, as informative as the second).
+TEST_F(RouterServiceTest, SecondDamagedHandoffExcludesTheDecodeWorker) {
+  StartStack(1, 1);
+  prefill_[0]->script.Then(Fail(grpc::StatusCode::DATA_LOSS, "decode"));
+  prefill_[0]->script.Then(Fail(grpc::StatusCode::FAILED_PRECONDITION, "decode"));
+  Result r = Generate();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DATA_LOSS) << r.status.error_message();
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(prefill_[0]->script.calls(), 2);
+  EXPECT_EQ(decode_[0]->script.calls(), 2);
+}
+
 // The failure is the prefill worker's own: the next attempt keeps the
 // decode worker and avoids that prefill worker.
 TEST_F(RouterServiceTest, FailureMarkedPrefillSideExcludesThePrefillWorker) {
