@@ -194,7 +194,8 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   for (const ExpertRows& ex : plan.experts) {
     const at::Tensor g = gu.narrow(0, ex.first, ex.rows);
     at::Tensor a = act.narrow(0, ex.first, ex.rows);
-    at::mul_out(a, at::silu(g.narrow(1, 0, F)), g.narrow(1, F, F));
+    at::silu_out(a, g.narrow(1, 0, F));  // then times up in place: no temporary, the same products
+    a.mul_(g.narrow(1, F, F));
   }
   // Region 2: every expert's down projection, then the weighted sums of
   // each chunk's columns.
