@@ -138,7 +138,12 @@ RouterService::PlacementAttempt::Next RouterService::PlacementAttempt::OnMessage
       if (prefill_done_ && !pst_.ok()) break;
       phase_ = Phase::kRelay;
       if (!prefill_done_) {
-        held_ = std::move(msg_);  // until the prefill's answer (no read meanwhile)
+        // Until the prefill's answer, with no read meanwhile. The hold keeps
+        // the stream alive for the read OnPrefillDone starts from outside
+        // this reactor's callbacks (a cancel there would otherwise let
+        // OnDone free it first).
+        held_ = std::move(msg_);
+        AddHold();
         next.read = false;
         break;
       }
@@ -171,7 +176,8 @@ void RouterService::PlacementAttempt::OnPrefillDone(grpc::Status status) {
       const DecodeResponse first = std::move(*held_);
       held_.reset();
       Relay(first, &next);
-      next.read = !decode_done_;
+      next.read = true;  // the hold kept OnDone away: the stream is still open
+      next.remove_hold = true;
     }
     next.call_over = true;
   }
@@ -182,7 +188,6 @@ void RouterService::PlacementAttempt::OnDone(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     dst_ = status;
-    decode_done_ = true;
   }
   OneCallOver();
 }
@@ -192,6 +197,7 @@ void RouterService::PlacementAttempt::Do(const Next& next) {
   if (next.cancel_decode) dctx_.TryCancel();
   if (next.cancel_prefill) pctx_.TryCancel();
   if (next.read) StartRead(&msg_);
+  if (next.remove_hold) RemoveHold();  // after the read: OnDone waits for it
   if (next.call_over) OneCallOver();  // may end this attempt: last
 }
 

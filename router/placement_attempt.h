@@ -66,6 +66,9 @@ class RouterService::PlacementAttempt final : public grpc::ClientReadReactor<int
     bool cancel_decode = false;
     bool cancel_prefill = false;
     bool call_over = false;       // one of the two calls ended
+    // Ends the hold taken with a held first token (after the read above is
+    // started): OnDone may run from then on.
+    bool remove_hold = false;
   };
 
   void Do(const Next& next);
@@ -114,12 +117,14 @@ class RouterService::PlacementAttempt final : public grpc::ClientReadReactor<int
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool prefill_done_ ABSL_GUARDED_BY(mu_) = false;
   bool decode_ended_ ABSL_GUARDED_BY(mu_) = false;  // the stream ended before a token
-  bool decode_done_ ABSL_GUARDED_BY(mu_) = false;   // OnDone ran: no more reads
   bool finished_ ABSL_GUARDED_BY(mu_) = false;      // a finish reason was relayed
   // Set when the attempt ended before the prefill started (no prefill
   // worker left, or the client left).
   std::optional<AttemptOutcome> early_ ABSL_GUARDED_BY(mu_);
-  // The first token, held until the prefill's answer is in.
+  // The first token, held until the prefill's answer is in. While it is
+  // held no read is in flight, so the stream also holds a reactor hold
+  // (AddHold): OnDone, which frees the stream, cannot run before
+  // OnPrefillDone has started its next read (or decided on none).
   std::optional<internal::v1::DecodeResponse> held_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -11,7 +11,9 @@
 # the targets those tests need, runs them with ctest -R, and fails on any test failure or any
 # sanitizer report, including reports of child processes (router/prefill/decode workers of
 # the chaos and e2e tests): every sanitizer writes to log_path under BUILD/sanitizer-logs/,
-# and a non-empty log there fails the run.
+# and a non-empty log there fails the run. UBSan's reports in the ASan tree come out on the
+# test's stderr instead (log_path is not applied to them): a "runtime error:" line in
+# ctest's log fails the run too, and is printed at the end.
 # Environment: PDSERVE_SANITIZE_JOBS (ninja -j, default 2), PDSERVE_SANITIZE_CHAOS_N
 # (chaos requests, default 100; 0 leaves the chaos suite out), PDSERVE_SANITIZE_E2E=0 (leaves
 # reliability_e2e_test out: its timing-bound checks are the slowest and least ASan-tolerant part).
@@ -92,6 +94,14 @@ rc=0
 ctest --test-dir "$dir" --output-on-failure -R "$regex" || rc=$?
 t_end=$(date +%s)
 
+# Reports printed on a test's output rather than to a log file (see the header).
+stderr_reports=$(grep -h -A12 -E 'runtime error:|ERROR: (Address|Leak|Thread)Sanitizer' \
+  "$dir/Testing/Temporary/LastTest.log" 2>/dev/null | head -n 60 || true)
+if [[ -n $stderr_reports ]]; then
+  echo "sanitize.sh $mode: sanitizer report(s) in the tests' output:" >&2
+  echo "$stderr_reports" >&2
+  rc=1
+fi
 reports=$(find "$logs" -type f -size +0 | sort)
 if [[ -n $reports ]]; then
   echo "sanitize.sh $mode: sanitizer reports:" >&2

@@ -66,6 +66,15 @@ if [ "${#skipped[@]}" -gt 0 ]; then
   grep -h -A1 -E ': Skipped$|^SKIP: ' Testing/Temporary/LastTest.log 2>/dev/null | grep -v -E '^--$|: Skipped$' |
     sort -u | head -n 40 | sed 's/^/  /' || true
 fi
+if [ "$rc" -ne 0 ]; then
+  # The failing assertions again, last: a CI page that shows only the tail of
+  # this log still says what failed (gtest's "file:line: Failure" and the lines
+  # after it, sanitizer and abort lines; this includes the tests that
+  # scripts/sanitize.sh ran inside asan_test/tsan_test).
+  echo "Failure details (from Testing/Temporary/LastTest.log):"
+  grep -h -A8 -E ': Failure$|^\[  FAILED  \] [A-Za-z]|ERROR: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|runtime error:|terminate called|Assertion .* failed|^FAIL' \
+    Testing/Temporary/LastTest.log 2>/dev/null | cut -c1-300 | head -n 80 | sed 's/^/  /' || true
+fi
 if [ "$unexpected" -gt 0 ]; then
   echo "FAIL: $unexpected test(s) skipped that are not on ALLOWED_SKIPS in scripts/test.sh" >&2
   [ "$rc" -ne 0 ] || rc=1

@@ -43,7 +43,8 @@ using internal::v1::PrefillResponse;
 // What a fake worker does with one call.
 struct Action {
   // kPushThenFail: a prefill worker that hands the K/V off, then fails
-  // its own call (after the decode worker streamed when `after_stream`).
+  // its own call (after the decode worker streamed when `after_stream`);
+  // with code OK it answers OK instead, late (ServeAfterStream).
   enum Kind { kServe, kFail, kHang, kPushThenFail } kind = kServe;
   grpc::StatusCode code = grpc::StatusCode::OK;
   std::string side;  // pdserve-failed-side of a kFail ("" = none)
@@ -54,6 +55,7 @@ Action Hang() { return {Action::kHang, grpc::StatusCode::OK, ""}; }
 Action PushThenFail(grpc::StatusCode code, bool after_stream) {
   return {Action::kPushThenFail, code, "", after_stream};
 }
+Action ServeAfterStream() { return PushThenFail(grpc::StatusCode::OK, /*after_stream=*/true); }
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
   const absl::Time end = absl::Now() + timeout;
@@ -170,7 +172,7 @@ class FakePrefill final : public internal::v1::PrefillWorker::Service {
     board_->pushed.Add(req->request_id());
     if (a.kind == Action::kPushThenFail) {
       if (a.after_stream) WaitOrCancelled(ctx, [&] { return board_->streamed.Has(req->request_id()); });
-      return Failed(ctx, a);
+      if (a.code != grpc::StatusCode::OK) return Failed(ctx, a);
     }
     resp->set_first_token(req->token_ids(0));
     return grpc::Status::OK;
@@ -583,13 +585,16 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
   RouterOptions o;
   o.queue.max_active = 1;
   o.queue.max_waiting = 1;
+  o.metrics = &metrics_;
   StartStack(1, 1, o);
   decode_[0]->script.Then(Hang());
   BackgroundCall a(this);
   EXPECT_TRUE(WaitFor([&] { return decode_[0]->script.calls() == 1; }));
   BackgroundCall b(this);
-  // b waits in the queue (one place): a third request is refused.
-  absl::SleepFor(absl::Milliseconds(200));
+  // b waits in the queue (one place; the router's gauge says when): a third
+  // request is refused.
+  EXPECT_TRUE(WaitFor([&] { return metrics_.Render().find("pdserve_router_requests_waiting 1\n") != std::string::npos; }))
+      << metrics_.Render();
   Result third = Generate();
   EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.status.error_message();
   EXPECT_EQ(decode_[0]->script.calls(), 1);  // b has not been placed
@@ -657,6 +662,26 @@ TEST_F(RouterServiceTest, StopStringEndsTheRequest) {
   EXPECT_EQ(r.text, "h");
   ASSERT_FALSE(r.messages.empty());
   EXPECT_EQ(r.messages.back().finish_reason(), pdserve::v1::FINISH_REASON_STOP);
+}
+
+// The first token comes before the prefill's answer (the router holds it
+// until then) and holds the stop string: relaying it cancels the Decode
+// call from outside its stream's callbacks, and the read that follows
+// must still find the stream open (it once found it freed: UBSan's
+// "invalid vptr" in ClientCallbackReader, under asan_test).
+TEST_F(RouterServiceTest, StopStringInTheHeldFirstTokenEndsTheRequest) {
+  StartStack(1, 1);
+  for (int i = 0; i < 20; ++i) {
+    prefill_[0]->script.Then(ServeAfterStream());
+    pdserve::v1::GenerateRequest req = Request();
+    req.mutable_sampling()->add_stop("i");
+    Result r = Generate(nullptr, req);
+    ASSERT_TRUE(r.status.ok()) << "round " << i << ": " << r.status.error_message();
+    EXPECT_EQ(r.text, "h") << "round " << i;
+    ASSERT_FALSE(r.messages.empty());
+    EXPECT_EQ(r.messages.back().finish_reason(), pdserve::v1::FINISH_REASON_STOP) << "round " << i;
+    EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[0]) << "round " << i;
+  }
 }
 
 // A prompt within local_prefill_max_tokens skips the prefill worker: the
