@@ -75,6 +75,10 @@ void RouterService::PlacementAttempt::StartPrefill() {
   if (early.has_value()) {
     {
       absl::MutexLock lock(&mu_);
+      // No prefill call, so no OnPrefillDone: count the prefill as failed,
+      // so that a token that still comes is dropped (OnMessage), never held.
+      prefill_done_ = true;
+      pst_ = early->status;
       early_ = std::move(early);
     }
     dctx_.TryCancel();  // ends the reservation; OnDone concludes

@@ -45,13 +45,16 @@ struct Action {
   // kPushThenFail: a prefill worker that hands the K/V off, then fails
   // its own call (after the decode worker streamed when `after_stream`);
   // with code OK it answers OK instead, late (ServeAfterStream).
-  enum Kind { kServe, kFail, kHang, kPushThenFail } kind = kServe;
+  // kStreamAtOnce: a decode worker that streams without waiting for the
+  // hand-off (a misbehaving one: a real worker has no K/V to decode yet).
+  enum Kind { kServe, kFail, kHang, kPushThenFail, kStreamAtOnce } kind = kServe;
   grpc::StatusCode code = grpc::StatusCode::OK;
   std::string side;  // pdserve-failed-side of a kFail ("" = none)
   bool after_stream = false;
 };
 Action Fail(grpc::StatusCode code, std::string side = "") { return {Action::kFail, code, std::move(side)}; }
 Action Hang() { return {Action::kHang, grpc::StatusCode::OK, ""}; }
+Action StreamAtOnce() { return {Action::kStreamAtOnce, grpc::StatusCode::OK, ""}; }
 Action PushThenFail(grpc::StatusCode code, bool after_stream) {
   return {Action::kPushThenFail, code, "", after_stream};
 }
@@ -202,7 +205,8 @@ class FakeDecode final : public internal::v1::DecodeWorker::Service {
     admitted.set_admitted(true);
     writer->Write(admitted);
     const std::string rid = req->request_id();
-    if (!WaitOrCancelled(ctx, [&] { return req->prefill_locally() || board_->pushed.Has(rid); }) ||
+    const bool at_once = a.kind == Action::kStreamAtOnce;
+    if (!WaitOrCancelled(ctx, [&] { return at_once || req->prefill_locally() || board_->pushed.Has(rid); }) ||
         (a.kind == Action::kHang && !WaitOrCancelled(ctx, [] { return false; }))) {
       script_->CountCancelled();
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
@@ -464,6 +468,28 @@ TEST_F(RouterServiceTest, DecodeUnavailableRetriesOnAnotherDecodeWorker) {
   EXPECT_EQ(decode_[1]->script.calls(), 1);
   EXPECT_EQ(PushedTo(*prefill_[0]), std::vector<std::string>{decode_addresses_[1]});
   EXPECT_EQ(r.messages.back().usage().decode_worker(), decode_addresses_[1]);
+}
+
+// No healthy prefill worker once the decode worker has admitted: the
+// attempt ends without a prefill call, and the client gets UNAVAILABLE at
+// once (not a wait until its deadline) and none of the tokens a
+// misbehaving decode worker streams without a hand-off. (The router also
+// counts the prefill as failed there, so that such a token could never be
+// held for a prefill answer that will not come; gRPC's cancel before the
+// next read already keeps it from arriving in these runs.)
+TEST_F(RouterServiceTest, NoPrefillWorkerAfterAdmissionEndsTheAttempt) {
+  StartStack(1, 1);
+  prefill_[0]->server->Shutdown(std::chrono::system_clock::now());
+  ASSERT_TRUE(WaitFor([&] { return prefill_pool_->Candidates({}).empty(); }));
+  for (int i = 0; i < 10; ++i) {
+    decode_[0]->script.Then(StreamAtOnce());
+    Result r = Generate([](grpc::ClientContext* ctx) {
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    });
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << "round " << i << ": " << r.status.error_message();
+    EXPECT_TRUE(r.tokens.empty()) << "round " << i;
+  }
+  EXPECT_EQ(prefill_[0]->script.calls(), 0);
 }
 
 // The prefill worker says the hand-off's decode side failed: the next
