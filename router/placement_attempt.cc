@@ -145,7 +145,9 @@ RouterService::PlacementAttempt::Next RouterService::PlacementAttempt::OnMessage
         // Until the prefill's answer, with no read meanwhile. The hold keeps
         // the stream alive for the read OnPrefillDone starts from outside
         // this reactor's callbacks (a cancel there would otherwise let
-        // OnDone free it first).
+        // OnDone free it first). gRPC asks for holds before StartCall so
+        // that OnDone cannot have run already; inside OnReadDone it cannot
+        // either: this read's own count is released only after we return.
         held_ = std::move(msg_);
         AddHold();
         next.read = false;
