@@ -382,6 +382,12 @@ class RouterServiceTest : public ::testing::Test {
     std::thread thread_;  // last: starts once the rest is built
   };
 
+  // Polls metrics_ (up to 5 s) until its rendering has `line` as a whole
+  // line; the router records some series after a stream ends.
+  bool MetricsShowLine(const std::string& line) {
+    return WaitFor([&] { return metrics_.Render().find(line + "\n") != std::string::npos; }, absl::Seconds(5));
+  }
+
   // The decode address each Prefill call was told to push to.
   static std::vector<std::string> PushedTo(FakeWorker& prefill) {
     std::vector<std::string> out;
@@ -619,8 +625,7 @@ TEST_F(RouterServiceTest, FullQueueIsResourceExhausted) {
   BackgroundCall b(this);
   // b waits in the queue (one place; the router's gauge says when): a third
   // request is refused.
-  EXPECT_TRUE(WaitFor([&] { return metrics_.Render().find("pdserve_router_requests_waiting 1\n") != std::string::npos; }))
-      << metrics_.Render();
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_requests_waiting 1")) << metrics_.Render();
   Result third = Generate();
   EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.status.error_message();
   EXPECT_EQ(decode_[0]->script.calls(), 1);  // b has not been placed
@@ -731,22 +736,15 @@ TEST_F(RouterServiceTest, MetricsCountFinishReasonsAndTokenGaps) {
   RouterOptions o;
   o.metrics = &metrics_;
   StartStack(1, 1, o);
-  auto rendered_has = [this](const std::string& line) {
-    for (int i = 0; i < 250; ++i) {
-      if (metrics_.Render().find(line + "\n") != std::string::npos) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  };
-  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"length\"} 0"));
-  EXPECT_TRUE(rendered_has("pdserve_router_requests_waiting 0"));
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_completions_total{finish_reason=\"length\"} 0"));
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_requests_waiting 0"));
   ASSERT_TRUE(Generate().status.ok());  // 3 tokens, LENGTH
   pdserve::v1::GenerateRequest stop = Request();
   stop.mutable_sampling()->add_stop("j");  // 2 tokens streamed, STOP
   ASSERT_TRUE(Generate(nullptr, stop).status.ok());
-  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"length\"} 1")) << metrics_.Render();
-  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"stop\"} 1")) << metrics_.Render();
-  EXPECT_TRUE(rendered_has("pdserve_router_completions_total{finish_reason=\"abort\"} 0")) << metrics_.Render();
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_completions_total{finish_reason=\"length\"} 1")) << metrics_.Render();
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_completions_total{finish_reason=\"stop\"} 1")) << metrics_.Render();
+  EXPECT_TRUE(MetricsShowLine("pdserve_router_completions_total{finish_reason=\"abort\"} 0")) << metrics_.Render();
   // (3 - 1) + (3 - 1) gaps: the stop string matched on the last token,
   // which is relayed (its text is not).
   const std::string body = metrics_.Render();
