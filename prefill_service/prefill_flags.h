@@ -1,6 +1,6 @@
 // The prefill worker's component flags, defined once and linked into
 // pdserve-prefill and pdserve-local (one default each):
-//   --max-queue, --executors, --handoff-heartbeat-ms
+//   --max-queue, --executors, --prefill-batch-tokens, --handoff-heartbeat-ms
 // Per-process flags (--listen, --decode-allowlist, --metrics-*,
 // --drain-timeout-s, --kv-transport) stay in each binary's main.cc; the
 // engine's are common/engine/engine_flags.

@@ -64,6 +64,8 @@ void PrefillService::InitMetrics() {
   handoff_exposed_seconds_ = metrics_->GetHistogram(
       "pdserve_kv_handoff_exposed_seconds", "KV hand-off time after the first token (not hidden by prefill).",
       latency);
+  batch_prompts_ = metrics_->GetHistogram("pdserve_prefill_batch_prompts", "Prompts per prefill forward.",
+                                          {1, 2, 4, 8, 16, 32});
   prompt_tokens_ = metrics_->GetCounter("pdserve_prefill_prompt_tokens_total", "Prompt tokens prefilled.");
   handoff_bytes_ = metrics_->GetCounter("pdserve_kv_handoff_bytes_total", "K/V bytes handed off and acknowledged.");
   handoff_failures_ = metrics_->GetCounter("pdserve_kv_handoff_failures_total",
@@ -183,27 +185,43 @@ grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* c
   return reactor;
 }
 
+std::vector<PrefillService::Job> PrefillService::TakeBatchLocked() {
+  std::vector<Job> batch{queue_.front()};
+  queue_.pop_front();
+  const int64_t cap = std::min<int64_t>(options_.batch_tokens, engine_->options().prefill_chunk);
+  int64_t tokens = batch[0].request->token_ids_size();
+  while (!queue_.empty() && tokens + queue_.front().request->token_ids_size() <= cap) {
+    tokens += queue_.front().request->token_ids_size();
+    batch.push_back(queue_.front());
+    queue_.pop_front();
+  }
+  return batch;
+}
+
 void PrefillService::ExecutorLoop() {
   while (true) {
-    Job job;
+    std::vector<Job> batch;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping
-      job = queue_.front();
-      queue_.pop_front();
-      ++running_;
+      batch = TakeBatchLocked();
+      running_ += static_cast<int>(batch.size());
     }
-    absl::Status st = Run(job);
+    const std::vector<absl::Status> statuses = RunBatch(batch);
     {
       absl::MutexLock lock(&mu_);
-      --running_;
+      running_ -= static_cast<int>(batch.size());
     }
-    RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
-    AddFailedSideMetadata(st, job.context);
-    if (log::RequestLines()) LogRequest(job, st);
-    job.reactor->Finish(ToGrpcStatus(st));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Job& job = batch[i];
+      const absl::Status& st = statuses[i];
+      RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
+      AddFailedSideMetadata(st, job.context);
+      if (log::RequestLines()) LogRequest(job, st);
+      job.reactor->Finish(ToGrpcStatus(st));
+    }
   }
 }
 
@@ -213,9 +231,10 @@ void PrefillService::LogRequest(const Job& job, const absl::Status& status) cons
   const double ms = 1e-6;
   const int64_t e2e_ns = NowNs() - job.enqueued_ns;
   LogWorkerRequest(RequestTags::FromMetadata(*job.context), req.request_id(), ToGrpcStatus(status),
-                   absl::StrFormat("prompt %d, prefill %.1f ms, e2e %.1f ms, kv %d B -> %s", req.token_ids_size(),
-                                   resp.prefill_ns() * ms, e2e_ns * ms, resp.kv_handoff_bytes(), req.decode_address()),
+                   absl::StrFormat("prompt %d (batch of %d), prefill %.1f ms, e2e %.1f ms, kv %d B -> %s", req.token_ids_size(),
+                                   resp.batch_prompts(), resp.prefill_ns() * ms, e2e_ns * ms, resp.kv_handoff_bytes(), req.decode_address()),
                    {{"prompt_tokens", req.token_ids_size()},
+                    {"batch_prompts", resp.batch_prompts()},
                     {"prefill_ms", log::Millis(resp.prefill_ns())},
                     {"e2e_ms", log::Millis(e2e_ns)},
                     {"kv_handoff_bytes", resp.kv_handoff_bytes()},
@@ -223,82 +242,123 @@ void PrefillService::LogRequest(const Job& job, const absl::Status& status) cons
                     {"decode_worker", req.decode_address()}});
 }
 
-absl::Status PrefillService::Run(const Job& job) {
+struct PrefillService::Running {
+  const Job* job = nullptr;
+  std::vector<int64_t> ids;
+  SamplingParams sampling;
+  std::unique_ptr<KvSendSession> session;
+  std::unique_ptr<Sequence> seq;
+  PrefillHooks hooks;
+  bool handoff_broke = false;
+  absl::Time last_progress;
+};
+
+absl::StatusOr<std::unique_ptr<PrefillService::Running>> PrefillService::StartJob(const Job& job) {
   grpc::CallbackServerContext* ctx = job.context;
   const internal::v1::PrefillRequest& req = *job.request;
   if (ctx->IsCancelled()) return absl::CancelledError("cancelled while queued");
-
-  std::vector<int64_t> ids(req.token_ids().begin(), req.token_ids().end());
-  const SamplingParams sampling = SamplingFromProto(req.sampling());
+  auto r = std::make_unique<Running>();
+  r->job = &job;
+  r->ids.assign(req.token_ids().begin(), req.token_ids().end());
+  r->sampling = SamplingFromProto(req.sampling());
   KvHandoffHeader header;
   header.request_id = req.request_id();
   header.layout = KvHandoffLayout::Of(engine_->config(), engine_->options().kv.dtype, options_.model_fingerprint);
-  header.prompt_len = static_cast<int64_t>(ids.size());
-  header.sampling = sampling;
+  header.prompt_len = static_cast<int64_t>(r->ids.size());
+  header.sampling = r->sampling;
   const absl::Time deadline = absl::FromChrono(ctx->deadline());
   absl::StatusOr<std::unique_ptr<KvSendSession>> opened =
       sender_->StartSend(req.decode_address(), std::move(header), deadline);
   if (!opened.ok()) return DecodeSide(opened.status());
-  std::unique_ptr<KvSendSession> session = std::move(*opened);
-
-  const int64_t t0 = NowNs();
-  auto seq = engine_->NewSequence();
-  bool handoff_broke = false;
-  PrefillHooks hooks;
-  absl::Time last_progress = absl::Now();
-  hooks.check_cancelled = [&]() -> absl::Status {
+  r->session = std::move(*opened);
+  r->seq = engine_->NewSequence();
+  r->last_progress = absl::Now();
+  Running* rp = r.get();
+  r->hooks.check_cancelled = [this, rp, ctx]() -> absl::Status {
     if (ctx->IsCancelled()) return absl::CancelledError("the router cancelled the prefill");
-    if (absl::Now() - last_progress < options_.progress_interval) return absl::OkStatus();
-    last_progress = absl::Now();
-    absl::Status st = session->SendProgress(seq->pos);
-    handoff_broke = !st.ok();
+    if (absl::Now() - rp->last_progress < options_.progress_interval) return absl::OkStatus();
+    rp->last_progress = absl::Now();
+    absl::Status st = rp->session->SendProgress(rp->seq->pos);
+    rp->handoff_broke = !st.ok();
     return st;
   };
-  hooks.on_layer_final = [&](int64_t layer) -> absl::Status {
-    auto [k, v] = seq->cache.Get(layer);
-    absl::Status st = session->SendLayer(layer, k, v);
-    handoff_broke = !st.ok();
+  r->hooks.on_layer_final = [rp](int64_t layer) -> absl::Status {
+    auto [k, v] = rp->seq->cache.Get(layer);
+    absl::Status st = rp->session->SendLayer(layer, k, v);
+    rp->handoff_broke = !st.ok();
     return st;
   };
-  absl::StatusOr<at::Tensor> logits = engine_->Prefill(seq.get(), ids, 0, &hooks);
-  {
-    absl::MutexLock lock(&mu_);
-    kv_bytes_ += seq->cache.AllocatedBytes();
+  return r;
+}
+
+std::vector<absl::Status> PrefillService::RunBatch(const std::vector<Job>& jobs) {
+  std::vector<absl::Status> statuses(jobs.size());
+  std::vector<std::unique_ptr<Running>> running(jobs.size());
+  std::vector<size_t> started;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<Running>> r = StartJob(jobs[i]);
+    if (!r.ok()) {
+      statuses[i] = r.status();
+      continue;
+    }
+    running[i] = std::move(*r);
+    started.push_back(i);
   }
-  absl::StatusOr<KvTransferStats> stats = absl::UnknownError("unset");
-  int64_t prefill_ns = 0;
-  uint32_t first = 0;
-  if (logits.ok()) {
-    first = static_cast<uint32_t>(engine_->Sample(*logits, sampling, 0));
-    prefill_ns = NowNs() - t0;
-    stats = session->CommitSend(first);
+  if (started.empty()) return statuses;
+  const int64_t t0 = NowNs();
+  std::vector<absl::StatusOr<at::Tensor>> logits;
+  if (started.size() == 1) {
+    Running* r = running[started[0]].get();
+    logits.push_back(engine_->Prefill(r->seq.get(), r->ids, 0, &r->hooks));
   } else {
-    session->CancelSend();
+    std::vector<PrefillJob> batch;
+    for (size_t i : started) batch.push_back({running[i]->seq.get(), &running[i]->ids, &running[i]->hooks});
+    logits = engine_->PrefillBatch(batch);
   }
+  const int64_t prefill_ns = NowNs() - t0;
+  batch_prompts_->Observe(static_cast<double>(started.size()));
+  int64_t held = 0;
+  for (size_t i : started) held += running[i]->seq->cache.AllocatedBytes();
   {
     absl::MutexLock lock(&mu_);
-    kv_bytes_ -= seq->cache.AllocatedBytes();
+    kv_bytes_ += held;
   }
-  seq.reset();  // the decode worker owns the K/V now (or the request failed)
+  for (size_t j = 0; j < started.size(); ++j) {
+    const size_t i = started[j];
+    jobs[i].response->set_prefill_ns(prefill_ns);
+    jobs[i].response->set_batch_prompts(static_cast<uint32_t>(started.size()));
+    statuses[i] = FinishJob(running[i].get(), logits[j]);
+    const int64_t freed = running[i]->seq->cache.AllocatedBytes();
+    running[i].reset();  // the decode worker owns the K/V now (or the request failed)
+    absl::MutexLock lock(&mu_);
+    kv_bytes_ -= freed;
+  }
+  return statuses;
+}
+
+absl::Status PrefillService::FinishJob(Running* r, const absl::StatusOr<at::Tensor>& logits) {
   if (!logits.ok()) {
-    if (!handoff_broke) return logits.status();
+    r->session->CancelSend();
+    if (!r->handoff_broke) return logits.status();
     handoff_failures_->Increment();
     return DecodeSide(logits.status());
   }
+  const uint32_t first = static_cast<uint32_t>(engine_->Sample(*logits, r->sampling, 0));
+  absl::StatusOr<KvTransferStats> stats = r->session->CommitSend(first);
   if (!stats.ok()) {
     handoff_failures_->Increment();
     return DecodeSide(stats.status());
   }
-  prompt_tokens_->Increment(static_cast<double>(ids.size()));
-  prefill_seconds_->Observe(prefill_ns * 1e-9);
+  internal::v1::PrefillResponse* response = r->job->response;
+  prompt_tokens_->Increment(static_cast<double>(r->ids.size()));
+  prefill_seconds_->Observe(response->prefill_ns() * 1e-9);
   handoff_bytes_->Increment(static_cast<double>(stats->bytes));
   handoff_seconds_->Observe(stats->elapsed_ns * 1e-9);
   handoff_exposed_seconds_->Observe(stats->tail_ns * 1e-9);
-  job.response->set_first_token(first);
-  job.response->set_prefill_ns(prefill_ns);
-  job.response->set_kv_handoff_bytes(stats->bytes);
-  job.response->set_kv_handoff_ns(stats->elapsed_ns);
-  job.response->set_kv_handoff_exposed_ns(stats->tail_ns);
+  response->set_first_token(first);
+  response->set_kv_handoff_bytes(stats->bytes);
+  response->set_kv_handoff_ns(stats->elapsed_ns);
+  response->set_kv_handoff_exposed_ns(stats->tail_ns);
   return absl::OkStatus();
 }
 

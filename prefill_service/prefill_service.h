@@ -2,11 +2,14 @@
 // queue (full: RESOURCE_EXHAUSTED; a prompt whose caller cancelled or whose
 // deadline passed leaves it at the next Prefill or GetLoad, so that an
 // abandoned call neither holds a slot nor counts as load) for an executor
-// thread, which runs
-// chunked prefill, streams each layer's K/V to the named decode worker as
-// soon as the layer is final, samples the first token (n = 0), commits the
-// hand-off and frees its copy once the decode worker acknowledges. A
-// cancelled or expired call stops prefill at the next layer.
+// thread. The executor takes the queued prompts whose tokens fit
+// batch_tokens (at least one) and prefills them as the segments of one
+// forward (a lone prompt in chunks), streams each prompt's K/V layer by
+// layer to its decode worker as soon as the layer is final, samples each
+// first token (n = 0), commits each hand-off and frees its copy once that
+// decode worker acknowledges. A cancelled or expired call, or a broken
+// hand-off, stops its own prompt at the next layer; the others of the
+// batch go on.
 //
 // A failure on the decode side of the hand-off (refused, unknown request,
 // unreachable, broken) is marked in the trailing metadata
@@ -32,7 +35,11 @@ namespace pdserve {
 
 struct PrefillServiceOptions {
   int max_queue = 16;   // prompts waiting beyond the ones running
-  int executors = 1;    // prompts prefilled at once
+  int executors = 1;    // prefill forwards at once
+  // Queued prompts prefilled in one forward while their tokens total at
+  // most this; 0 = one per forward. Up to kGemvMaxBatchRows (32) a prompt's
+  // bits equal its prefill alone (Engine::PrefillBatch).
+  int batch_tokens = 32;
   std::string model_fingerprint;
   // Decode workers a Prefill may name as decode_address; empty = any. A
   // caller that names another gets PermissionDenied before any work.
@@ -68,15 +75,26 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
     int64_t enqueued_ns = 0;
   };
 
+  // A prompt between its hand-off's start and its commit.
+  struct Running;
+
   void ExecutorLoop();
+  // The front prompt and those behind it that fit options_.batch_tokens.
+  std::vector<Job> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the queued prompts whose caller cancelled or whose deadline
   // passed out of the queue; the caller finishes them outside mu_.
   std::vector<Job> TakeCancelledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishCancelled(const std::vector<Job>& jobs);
   void InitMetrics();
   Counter* RequestsCounter(grpc::StatusCode code);
-  // Prefill + hand-off of one prompt; fills the response.
-  absl::Status Run(const Job& job);
+  // Prefill + hand-off of each job; fills the responses. One status per job.
+  std::vector<absl::Status> RunBatch(const std::vector<Job>& jobs);
+  // Opens the job's hand-off and its sequence, with the hooks that stream
+  // its layers. Errors: cancelled while queued, the decode side's refusal.
+  absl::StatusOr<std::unique_ptr<Running>> StartJob(const Job& job);
+  // Samples the first token and commits the hand-off (or cancels it when
+  // the prefill failed); fills the response.
+  absl::Status FinishJob(Running* r, const absl::StatusOr<at::Tensor>& logits);
   // The job's request line (common/net/request_tags.h).
   void LogRequest(const Job& job, const absl::Status& status) const;
 
@@ -86,6 +104,7 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   MetricsRegistry own_metrics_;
   MetricsRegistry* metrics_ = nullptr;
   Histogram* prefill_seconds_ = nullptr;
+  Histogram* batch_prompts_ = nullptr;
   Histogram* handoff_seconds_ = nullptr;
   Histogram* handoff_exposed_seconds_ = nullptr;
   Counter* prompt_tokens_ = nullptr;

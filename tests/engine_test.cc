@@ -226,6 +226,106 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
 }
 
+// Bit for bit: a prompt prefilled as one segment of a batched forward
+// leaves the same K/V and last logits as prefilled alone (the prefill
+// worker batches whatever is queued, and the decode worker continues from
+// those K/V). Prompts of different lengths; the rings wrap in some.
+void ExpectBatchedPrefillEqualsAlone(const Engine& engine, const std::vector<int64_t>& lengths) {
+  const int kB = static_cast<int>(lengths.size());
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::unique_ptr<Sequence>> solo, batch;
+  std::vector<PrefillJob> jobs;
+  for (int i = 0; i < kB; ++i) prompts.push_back(Prompt(lengths[i], i));
+  for (int i = 0; i < kB; ++i) {
+    batch.push_back(engine.NewSequence());
+    jobs.push_back({batch.back().get(), &prompts[i], nullptr});
+  }
+  auto together = engine.PrefillBatch(jobs);
+  ASSERT_EQ(together.size(), static_cast<size_t>(kB));
+  for (int i = 0; i < kB; ++i) {
+    solo.push_back(engine.NewSequence());
+    auto alone = engine.Prefill(solo.back().get(), prompts[i]);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    ASSERT_TRUE(together[i].ok()) << i << ": " << together[i].status();
+    EXPECT_TRUE(at::equal(*together[i], *alone)) << "prompt " << i << " (" << prompts[i].size() << " tokens): max diff "
+                                                 << (*together[i] - *alone).abs().max().item<float>();
+    EXPECT_EQ(batch[i]->pos, solo[i]->pos);
+    for (int64_t l = 0; l < engine.config().n_layers; ++l) {
+      EXPECT_TRUE(at::equal(batch[i]->cache.Get(l).first, solo[i]->cache.Get(l).first)) << i << " layer " << l;
+      EXPECT_TRUE(at::equal(batch[i]->cache.Get(l).second, solo[i]->cache.Get(l).second)) << i << " layer " << l;
+    }
+  }
+}
+
+TEST_F(EngineTest, BatchedPrefillMatchesAloneExactly) { ExpectBatchedPrefillEqualsAlone(*engine_, {1, 12, 9, 2, 5, 1}); }
+
+TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
+  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
+  ConvertWeights(&w, WeightsDtype::kBF16);
+  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
+  ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
+  ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
+}
+
+// A hook that fails stops only its own prompt; the others finish with the
+// bits they would have alone. When every prompt has stopped, so has the
+// forward: no layer after that is computed.
+TEST_F(EngineTest, BatchedPrefillHookStopsOnlyItsPrompt) {
+  const std::vector<int64_t> a = Prompt(9, 1), b = Prompt(13, 2);
+  auto sa = engine_->NewSequence(), sb = engine_->NewSequence();
+  std::vector<int64_t> layers_b;
+  PrefillHooks fail_a, count_b;
+  fail_a.on_layer_final = [](int64_t layer) -> absl::Status {
+    return layer == 1 ? absl::UnavailableError("hand-off broke at layer 1") : absl::OkStatus();
+  };
+  count_b.on_layer_final = [&](int64_t layer) {
+    layers_b.push_back(layer);
+    return absl::OkStatus();
+  };
+  auto out = engine_->PrefillBatch({{sa.get(), &a, &fail_a}, {sb.get(), &b, &count_b}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].status().code(), absl::StatusCode::kUnavailable) << out[0].status();
+  ASSERT_TRUE(out[1].ok()) << out[1].status();
+  EXPECT_EQ(layers_b.size(), static_cast<size_t>(engine_->config().n_layers));
+  auto alone = engine_->NewSequence();
+  auto want = engine_->Prefill(alone.get(), b);
+  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(at::equal(*out[1], *want));
+
+  int64_t last_layer = -1;
+  PrefillHooks cancel_at_0;
+  cancel_at_0.on_layer_final = [&](int64_t layer) {
+    last_layer = layer;
+    return absl::CancelledError("cancelled");
+  };
+  auto sc = engine_->NewSequence(), sd = engine_->NewSequence();
+  out = engine_->PrefillBatch({{sc.get(), &a, &cancel_at_0}, {sd.get(), &b, &cancel_at_0}});
+  EXPECT_EQ(out[0].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(out[1].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(last_layer, 0);
+  EXPECT_LT(sc->cache.seq_len(1), static_cast<int64_t>(a.size()));  // layer 1 never ran
+}
+
+TEST_F(EngineTest, BatchedPrefillBeyondTheChunkIsInvalidArgument) {
+  EngineOptions o;
+  o.prefill_chunk = 16;
+  const std::unique_ptr<Engine> engine = Engine::FromWeights(RandomWeights(testing::TinyConfig(), 42), o);
+  const std::vector<int64_t> a = Prompt(9), b = Prompt(8), empty;
+  auto sa = engine->NewSequence(), sb = engine->NewSequence();
+  for (const auto& st : engine->PrefillBatch({{sa.get(), &a, nullptr}, {sb.get(), &b, nullptr}})) {
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
+    EXPECT_NE(std::string(st.status().message()).find("17 tokens"), std::string::npos) << st.status();
+  }
+  EXPECT_EQ(engine->PrefillBatch({{sa.get(), &empty, nullptr}})[0].status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sa->pos, 0);
+}
+
 TEST_F(EngineTest, BadRequestsAreInvalidArgument) {
   GenerateRequest r;
   r.prompt = {1, 2, 300};

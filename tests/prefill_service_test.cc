@@ -3,8 +3,8 @@
 // through the in-process transport into a real BatchScheduler. Checks the
 // first token, the hand-off the decode side decodes from, the refusals
 // (decode side marked as the failed side, forbidden decode address, bad
-// prompt), and the queue: its bound, a caller that leaves while queued, and
-// shutdown. The queue tests start no executor, so prompts stay queued.
+// prompt), the queue: its bound, a caller that leaves while queued, and
+// shutdown; and queued prompts prefilled together in one forward. The queue tests start no executor, so prompts stay queued.
 #include "prefill_service/prefill_service.h"
 
 #include <ATen/ATen.h>
@@ -118,10 +118,11 @@ class PrefillServiceTest : public ::testing::Test {
 
   // Starts a Prefill that returns at once; `deadline` from now. The fixture
   // owns the call until TearDown has seen it end.
-  PendingPrefill* StartPrefill(const std::string& id, absl::Duration deadline = absl::Seconds(30)) {
+  PendingPrefill* StartPrefill(const std::string& id, absl::Duration deadline = absl::Seconds(30),
+                               const std::vector<int64_t>& prompt = Prompt(9)) {
     pending_.push_back(std::make_unique<PendingPrefill>());
     PendingPrefill* p = pending_.back().get();
-    p->request = MakeRequest(id, Prompt(9), kDecode);
+    p->request = MakeRequest(id, prompt, kDecode);
     p->ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     stub_->async()->Prefill(&p->ctx, &p->request, &p->response, [p](grpc::Status st) {
       p->status = std::move(st);
@@ -319,6 +320,48 @@ TEST_F(PrefillQueueTest, AnExpiredQueuedPromptLeavesTheQueueAndFreesItsSlot) {
   EXPECT_FALSE(kept->done.HasBeenNotified());
   ExpectALeftCallerLeavesTheQueue(left, grpc::StatusCode::DEADLINE_EXCEEDED, admitted, handoff_timeout_,
                                   sink.get(), scheduler_.get());
+}
+
+// Prompts queued together are prefilled in one forward (their tokens fit
+// --prefill-batch-tokens): each still gets its own first token and hand-off,
+// with the bits of its prefill alone, and a decode-side refusal fails only
+// its own prompt. The prompt that does not fit waits for the next forward.
+class PrefillBatchTest : public PrefillServiceTest {
+ protected:
+  PrefillBatchTest() {
+    start_executors_ = false;
+    max_queue_ = 8;
+  }
+};
+
+TEST_F(PrefillBatchTest, QueuedPromptsShareAForwardAndKeepTheirOwnTokens) {
+  const std::vector<std::vector<int64_t>> prompts = {Prompt(9), Prompt(12), Prompt(1), Prompt(7), Prompt(20)};
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<PendingPrefill*> calls;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = "b" + std::to_string(i);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    if (i != 3) ASSERT_TRUE(Admit(id, static_cast<int64_t>(prompts[i].size()), sinks.back()).ok());
+    calls.push_back(StartPrefill(id, absl::Seconds(30), prompts[i]));
+    ASSERT_TRUE(QueuedBecomes(static_cast<int64_t>(i) + 1));
+  }
+  service_->Start();  // 9 + 12 + 1 + 7 = 29 tokens fit 32; the 20-token prompt does not
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    PendingPrefill* p = calls[i];
+    ASSERT_TRUE(p->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    if (i == 3) {  // never admitted on the decode side
+      EXPECT_EQ(p->status.error_code(), grpc::StatusCode::NOT_FOUND) << p->status.error_message();
+      continue;
+    }
+    ASSERT_TRUE(p->status.ok()) << i << ": " << p->status.error_message();
+    EXPECT_EQ(p->response.batch_prompts(), i == 4 ? 1u : 3u) << i;
+    const std::vector<int64_t> want = Reference(prompts[i], 4);
+    EXPECT_EQ(p->response.first_token(), static_cast<uint32_t>(want[0])) << i;
+    ASSERT_TRUE(sinks[i]->WaitDone());
+    ASSERT_TRUE(sinks[i]->error().ok()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->tokens(), want) << i;
+  }
+  EXPECT_EQ(calls[0]->response.prefill_ns(), calls[1]->response.prefill_ns());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -136,6 +137,95 @@ absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int6
     seq->pos += s.length;
   }
   return logits.select(0, 0);
+}
+
+namespace {
+
+// The first problem of a batched prefill's jobs, or OK.
+absl::Status CheckPrefillJobs(const std::vector<PrefillJob>& jobs, int64_t chunk) {
+  if (jobs.empty()) return absl::InvalidArgumentError("a batched prefill needs at least one job");
+  int64_t total = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i].seq == nullptr || jobs[i].ids == nullptr || jobs[i].ids->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("prefill job ", i, " has no sequence or no tokens"));
+    }
+    total += static_cast<int64_t>(jobs[i].ids->size());
+  }
+  if (chunk > 0 && total > chunk) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batched prefill of ", jobs.size(), " prompts has ", total, " tokens; the chunk is ", chunk));
+  }
+  return absl::OkStatus();
+}
+
+// A job's hook status (OK when it has none).
+absl::Status PollJob(const PrefillJob& job, bool with_layer, int64_t layer) {
+  if (job.hooks == nullptr) return absl::OkStatus();
+  if (job.hooks->check_cancelled) RETURN_IF_ERROR(job.hooks->check_cancelled());
+  if (with_layer && job.hooks->on_layer_final) return job.hooks->on_layer_final(layer);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<absl::StatusOr<at::Tensor>> Engine::PrefillBatch(const std::vector<PrefillJob>& jobs) const {
+  const absl::Status bad = CheckPrefillJobs(jobs, options_.prefill_chunk);
+  if (!bad.ok()) return std::vector<absl::StatusOr<at::Tensor>>(jobs.size(), bad);
+  // A one-token prompt alone takes the decode step's attention kernel, a
+  // longer one the prompt path: so that no job's bits depend on its
+  // company, the one-token prompts form a forward of their own.
+  std::vector<size_t> single, multi;
+  for (size_t i = 0; i < jobs.size(); ++i) (jobs[i].ids->size() == 1 ? single : multi).push_back(i);
+  std::vector<absl::StatusOr<at::Tensor>> out(jobs.size(), absl::UnknownError("not prefilled"));
+  for (const std::vector<size_t>* group : {&single, &multi}) {
+    if (!group->empty()) PrefillGroup(jobs, *group, &out);
+  }
+  return out;
+}
+
+void Engine::PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector<size_t>& group,
+                          std::vector<absl::StatusOr<at::Tensor>>* out) const {
+  // The jobs whose hooks let them start go into the forward, in order.
+  std::vector<size_t> live;
+  std::vector<absl::Status> stopped(jobs.size());
+  for (size_t i : group) {
+    stopped[i] = PollJob(jobs[i], false, 0);
+    if (stopped[i].ok()) live.push_back(i);
+  }
+  std::vector<int64_t> ids;
+  std::vector<Segment> segs;
+  for (size_t i : live) {
+    const PrefillJob& j = jobs[i];
+    ids.insert(ids.end(), j.ids->begin(), j.ids->end());
+    segs.push_back({&j.seq->cache, j.seq->pos, static_cast<int64_t>(j.ids->size())});
+  }
+  absl::StatusOr<at::Tensor> logits = absl::CancelledError("every prompt of the batch stopped before the forward");
+  if (!live.empty()) {
+    at::NoGradGuard no_grad;
+    ForwardOptions fo;
+    fo.sinks = &sinks_;
+    size_t running = live.size();
+    fo.after_layer = [&](int64_t layer) -> absl::Status {
+      for (size_t i : live) {
+        if (!stopped[i].ok()) continue;
+        stopped[i] = PollJob(jobs[i], true, layer);
+        if (!stopped[i].ok() && --running == 0) return stopped[i];
+      }
+      return absl::OkStatus();
+    };
+    logits = model_.Forward(IdsTensor(ids, 0, ids.size()), segs, fo);
+  }
+  for (size_t i : group) {
+    if (!stopped[i].ok()) {
+      (*out)[i] = stopped[i];
+    } else if (!logits.ok()) {
+      (*out)[i] = logits.status();
+    } else {
+      jobs[i].seq->pos += static_cast<int64_t>(jobs[i].ids->size());
+      const int64_t row = std::find(live.begin(), live.end(), i) - live.begin();
+      (*out)[i] = logits->select(0, row);
+    }
+  }
 }
 
 absl::StatusOr<at::Tensor> Engine::DecodeStep(const std::vector<Sequence*>& seqs,

@@ -48,6 +48,13 @@ struct PrefillHooks {
   std::function<absl::Status(int64_t layer)> on_layer_final;
 };
 
+// One prompt of a batched prefill (Engine::PrefillBatch).
+struct PrefillJob {
+  Sequence* seq = nullptr;
+  const std::vector<int64_t>* ids = nullptr;
+  const PrefillHooks* hooks = nullptr;  // may be null
+};
+
 struct GenerateRequest {
   std::vector<int64_t> prompt;
   int64_t max_new_tokens = 16;
@@ -82,6 +89,17 @@ class Engine {
   absl::StatusOr<at::Tensor> Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk = 0,
                                      const PrefillHooks* hooks = nullptr) const;
 
+  // Prefills several prompts as the segments of one forward, so the weights
+  // are read once for all of them. Every prompt is one chunk: the tokens of
+  // all jobs together must not exceed options().prefill_chunk
+  // (InvalidArgument for every job otherwise). A job's hooks behave as in
+  // Prefill, but a hook that fails stops only its own job: the forward goes
+  // on for the others and that job's hooks are not called again; when every
+  // job has stopped, the forward stops. A job's K/V and logits have the same
+  // bits as its Prefill alone (engine_test). Returns, per job, its last
+  // position's logits [V] or its error.
+  std::vector<absl::StatusOr<at::Tensor>> PrefillBatch(const std::vector<PrefillJob>& jobs) const;
+
   // One batched decode step: token[i] goes to seqs[i] at its next position.
   // Returns logits [B, V].
   absl::StatusOr<at::Tensor> DecodeStep(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens) const;
@@ -100,6 +118,9 @@ class Engine {
 
  private:
   Engine(ModelWeights weights, const EngineOptions& options);
+  // One forward of PrefillBatch over jobs[group]; fills (*out)[group].
+  void PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector<size_t>& group,
+                    std::vector<absl::StatusOr<at::Tensor>>* out) const;
   Transformer model_;
   EngineOptions options_;
   // The model's clamped sinks per layer, computed once (every forward of

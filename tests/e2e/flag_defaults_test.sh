@@ -52,7 +52,8 @@ for name in ("router", "prefill", "decode"):
     print(f"ok: pdserve-{name} shares {len(set(own) & set(local))} flags with pdserve-local")
 # The component flags must be shared at all (else the test checks nothing).
 for flag in ("kv_budget_mb", "max_batch", "local_prefill_limit", "log_requests", "local_prefill_max_tokens",
-             "max_new_tokens_cap", "max_queue", "executors", "model", "kv_dtype", "prefill_chunk"):
+             "max_new_tokens_cap", "max_queue", "executors", "prefill_batch_tokens", "model", "kv_dtype",
+             "prefill_chunk"):
     if flag not in shared:
         failures.append(f"--{flag} is not shared between pdserve-local and a standalone binary")
 for f in failures:
@@ -64,7 +65,8 @@ PY
 fail() { echo "FAIL: $*" >&2; exit 1; }
 for pair in decode_service/pdserve-decode:--max-batch=0 decode_service/pdserve-decode:--local-prefill-limit=-1 \
             router/pdserve-router:--max-attempts=0 router/pdserve-router:--max-inflight=0 \
-            prefill_service/pdserve-prefill:--executors=0 prefill_service/pdserve-prefill:--handoff-heartbeat-ms=0; do
+            prefill_service/pdserve-prefill:--executors=0 prefill_service/pdserve-prefill:--handoff-heartbeat-ms=0 \
+            prefill_service/pdserve-prefill:--prefill-batch-tokens=-1; do
   b=${pair%%:*} flag=${pair#*:}
   rc=0; standalone=$("$BUILD/$b" "$flag" 2>&1 >/dev/null) || rc=$?
   [ "$rc" = 2 ] || fail "$b $flag exited $rc: $standalone"
