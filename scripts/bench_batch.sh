@@ -5,7 +5,9 @@
 # decode. Prints B, output tok/s, the ratio to B = 1, and mean TPOT.
 # Usage: scripts/bench_batch.sh MODEL_DIR WEIGHTS_DTYPE OUTPUT_LEN "1 2 4 8 16 32" OUT.json
 # WORKER_ARGS (environment): more flags for both workers, e.g.
-# WORKER_ARGS="--bf16-matmul dot".
+# WORKER_ARGS="--bf16-matmul dot". PREFILL_ARGS: more flags for the prefill
+# worker only, e.g. PREFILL_ARGS="--prefill-batch-tokens 0". WAVES: prompts per
+# run in multiples of B (default 2).
 set -euo pipefail
 M=$1; WD=$2; OUT_LEN=$3; BATCHES=$4; JSON=$5
 B=build
@@ -14,7 +16,7 @@ stop() { pkill -f "pdserve-(decode|prefill|router) --model $M" 2>/dev/null || tr
 trap stop EXIT
 stop
 $B/decode_service/pdserve-decode --model "$M" --listen 127.0.0.1:50361 --weights-dtype "$WD" --threads 2 --metrics-port -1 ${WORKER_ARGS:-} >/tmp/bb_d.log 2>&1 &
-$B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:50362 --weights-dtype "$WD" --threads 2 --metrics-port -1 ${WORKER_ARGS:-} >/tmp/bb_p.log 2>&1 &
+$B/prefill_service/pdserve-prefill --model "$M" --listen 127.0.0.1:50362 --weights-dtype "$WD" --threads 2 --metrics-port -1 ${WORKER_ARGS:-} ${PREFILL_ARGS:-} >/tmp/bb_p.log 2>&1 &
 for _ in $(seq 1 600); do grep -q "serving on" /tmp/bb_d.log && grep -q "serving on" /tmp/bb_p.log && break; sleep 0.2; done
 $B/router/pdserve-router --model "$M" --listen 127.0.0.1:50363 --prefill 127.0.0.1:50362 --decode 127.0.0.1:50361 \
   --log-requests=false --metrics-port -1 >/tmp/bb_r.log 2>&1 &
@@ -22,7 +24,7 @@ sleep 1
 echo "[" >"$JSON"
 first=1
 for b in $BATCHES; do
-  $B/bench/pdserve-bench --router 127.0.0.1:50363 --concurrency "$b" --num-prompts $((2 * b)) --warmup 1 \
+  $B/bench/pdserve-bench --router 127.0.0.1:50363 --concurrency "$b" --num-prompts $((${WAVES:-2} * b)) --warmup 1 \
     --input-len 16 --output-len "$OUT_LEN" --json-out /tmp/bb_$b.json >/dev/null 2>&1
   [ $first = 1 ] || echo "," >>"$JSON"
   first=0

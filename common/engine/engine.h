@@ -95,9 +95,12 @@ class Engine {
   // (InvalidArgument for every job otherwise). A job's hooks behave as in
   // Prefill, but a hook that fails stops only its own job: the forward goes
   // on for the others and that job's hooks are not called again; when every
-  // job has stopped, the forward stops. A job's K/V and logits have the same
-  // bits as its Prefill alone (engine_test). Returns, per job, its last
-  // position's logits [V] or its error.
+  // job has stopped, the forward stops. While the jobs' tokens total at
+  // most kGemvMaxBatchRows (32), a job's K/V and logits have the bits of its
+  // Prefill alone (engine_test): every matmul stays on the row-by-row decode
+  // kernels, and one-token prompts run as a forward of their own. Beyond
+  // that the bits depend on the batch, as a chunked prefill's depend on the
+  // chunk. Returns, per job, its last position's logits [V] or its error.
   std::vector<absl::StatusOr<at::Tensor>> PrefillBatch(const std::vector<PrefillJob>& jobs) const;
 
   // One batched decode step: token[i] goes to seqs[i] at its next position.
