@@ -8,10 +8,12 @@ ABSL_FLAG(int, handoff_heartbeat_ms, 5000,
           "timeout from expiring.");
 ABSL_FLAG(int, max_queue, 16, "Prompts that may wait for an executor; more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, executors, 1, "Prefill forwards run at once.");
-ABSL_FLAG(int, prefill_batch_tokens, 32,
+ABSL_FLAG(int, prefill_batch_tokens, -1,
           "Queued prompts are prefilled together, as segments of one forward, while their tokens total at most "
-          "this (a longer prompt runs alone); 0 = one prompt per forward. Up to 32 a prompt's K/V and first token "
-          "have the same bits as when it is prefilled alone; above, the matmuls' bits depend on the batch.");
+          "this (a longer prompt runs alone). -1 = the most that keeps each prompt's K/V and first token bit for "
+          "bit those of its prefill alone: 32, or --prefill-chunk with bf16 weights under --bf16-matmul dot. "
+          "0 = one prompt per forward. Larger values read the weights once for more prompts but the bits then "
+          "depend on the batch.");
 
 namespace pdserve {
 
@@ -24,8 +26,8 @@ absl::StatusOr<PrefillServiceOptions> PrefillOptionsFromFlags() {
   po.progress_interval = absl::Milliseconds(heartbeat_ms);
   if (po.max_queue < 0) return absl::InvalidArgumentError(absl::StrCat("--max-queue=", po.max_queue, ": must be >= 0"));
   if (po.executors < 1) return absl::InvalidArgumentError(absl::StrCat("--executors=", po.executors, ": must be >= 1"));
-  if (po.batch_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--prefill-batch-tokens=", po.batch_tokens, ": must be >= 0"));
+  if (po.batch_tokens < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-batch-tokens=", po.batch_tokens, ": must be >= -1"));
   }
   if (heartbeat_ms < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--handoff-heartbeat-ms=", heartbeat_ms, ": must be >= 1"));

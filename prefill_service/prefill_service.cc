@@ -11,6 +11,7 @@
 #include "common/net/request_tags.h"
 #include "common/net/sampling_validation.h"
 #include "common/util/clock.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -52,6 +53,9 @@ grpc::Status CheckPrefillRequest(const internal::v1::PrefillRequest& r, const Mo
 
 PrefillService::PrefillService(const Engine* engine, KvSender* sender, PrefillServiceOptions options)
     : engine_(engine), sender_(sender), options_(std::move(options)) {
+  batch_tokens_ = std::min<int64_t>(
+      options_.batch_tokens < 0 ? engine_->ExactPrefillBatchTokens() : options_.batch_tokens,
+      engine_->options().prefill_chunk);
   InitMetrics();
 }
 
@@ -96,6 +100,10 @@ Counter* PrefillService::RequestsCounter(grpc::StatusCode code) {
 PrefillService::~PrefillService() { Shutdown(); }
 
 void PrefillService::Start() {
+  const bool exact = batch_tokens_ <= engine_->ExactPrefillBatchTokens();
+  log::Info(absl::StrFormat("prefill batches queued prompts up to %d tokens (%s)", batch_tokens_,
+                            exact ? "each prompt's bits as alone" : "bits depend on the batch"),
+            {{"prefill_batch_tokens", batch_tokens_}}, log::TextPrefix::Named("pdserve"));
   for (int i = 0; i < options_.executors; ++i) threads_.emplace_back([this] { ExecutorLoop(); });
 }
 
@@ -188,7 +196,7 @@ grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* c
 std::vector<PrefillService::Job> PrefillService::TakeBatchLocked() {
   std::vector<Job> batch{queue_.front()};
   queue_.pop_front();
-  const int64_t cap = std::min<int64_t>(options_.batch_tokens, engine_->options().prefill_chunk);
+  const int64_t cap = batch_tokens_;
   int64_t tokens = batch[0].request->token_ids_size();
   while (!queue_.empty() && tokens + queue_.front().request->token_ids_size() <= cap) {
     tokens += queue_.front().request->token_ids_size();

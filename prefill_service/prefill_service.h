@@ -37,9 +37,9 @@ struct PrefillServiceOptions {
   int max_queue = 16;   // prompts waiting beyond the ones running
   int executors = 1;    // prefill forwards at once
   // Queued prompts prefilled in one forward while their tokens total at
-  // most this; 0 = one per forward. Up to kGemvMaxBatchRows (32) a prompt's
-  // bits equal its prefill alone (Engine::PrefillBatch).
-  int batch_tokens = 32;
+  // most this; 0 = one per forward; -1 = Engine::ExactPrefillBatchTokens(),
+  // the most with which a prompt's bits equal its prefill alone.
+  int batch_tokens = -1;
   std::string model_fingerprint;
   // Decode workers a Prefill may name as decode_address; empty = any. A
   // caller that names another gets PermissionDenied before any work.
@@ -56,6 +56,7 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   PrefillService(const Engine* engine, KvSender* sender, PrefillServiceOptions options);
   ~PrefillService() override;  // Shutdown()
 
+  // Starts the executors and logs the batch bound in effect.
   void Start();
   // Fails queued prompts with Unavailable and joins the executors (a prompt
   // being prefilled finishes first).
@@ -101,6 +102,7 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   const Engine* engine_;
   KvSender* sender_;
   const PrefillServiceOptions options_;
+  int64_t batch_tokens_ = 0;  // the bound in effect: options_.batch_tokens resolved
   MetricsRegistry own_metrics_;
   MetricsRegistry* metrics_ = nullptr;
   Histogram* prefill_seconds_ = nullptr;

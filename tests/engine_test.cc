@@ -257,7 +257,10 @@ void ExpectBatchedPrefillEqualsAlone(const Engine& engine, const std::vector<int
   }
 }
 
-TEST_F(EngineTest, BatchedPrefillMatchesAloneExactly) { ExpectBatchedPrefillEqualsAlone(*engine_, {1, 12, 9, 2, 5, 1}); }
+TEST_F(EngineTest, BatchedPrefillMatchesAloneExactly) {
+  EXPECT_EQ(engine_->ExactPrefillBatchTokens(), 32);  // fp32 weights: BLAS past 32 rows
+  ExpectBatchedPrefillEqualsAlone(*engine_, {1, 12, 9, 2, 5, 1});
+}
 
 TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
   ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
@@ -268,8 +271,14 @@ TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
   struct Restore {
     ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
   } restore;
+  EXPECT_EQ(engine->ExactPrefillBatchTokens(), 32);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
   ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
+  // Under dot every matmul is row by row at any size (the router too:
+  // LinearRowwise), so a batch far past 32 rows keeps the bits, prompts
+  // longer than 32 tokens among them.
+  EXPECT_EQ(engine->ExactPrefillBatchTokens(), engine->options().prefill_chunk);
+  ExpectBatchedPrefillEqualsAlone(*engine, {12, 23, 5, 16, 27, 9, 40, 33, 2, 1});
 }
 
 // A hook that fails stops only its own prompt; the others finish with the

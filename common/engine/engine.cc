@@ -15,6 +15,7 @@
 #include "common/engine/memory_estimate.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/cache_layout.h"
+#include "common/model/gemv_kernels.h"
 #include "common/model/huge_page_arena.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
@@ -226,6 +227,12 @@ void Engine::PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector
       (*out)[i] = logits->select(0, row);
     }
   }
+}
+
+int64_t Engine::ExactPrefillBatchTokens() const {
+  const bool bf16_weights =
+      !model_.weights().layers.empty() && model_.weights().layers[0].q_proj.scalar_type() == at::kBFloat16;
+  return bf16_weights && GetBf16Matmul() == Bf16Matmul::kDot ? options_.prefill_chunk : kGemvMaxBatchRows;
 }
 
 absl::StatusOr<at::Tensor> Engine::DecodeStep(const std::vector<Sequence*>& seqs,

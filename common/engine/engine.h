@@ -96,12 +96,17 @@ class Engine {
   // Prefill, but a hook that fails stops only its own job: the forward goes
   // on for the others and that job's hooks are not called again; when every
   // job has stopped, the forward stops. While the jobs' tokens total at
-  // most kGemvMaxBatchRows (32), a job's K/V and logits have the bits of its
-  // Prefill alone (engine_test): every matmul stays on the row-by-row decode
-  // kernels, and one-token prompts run as a forward of their own. Beyond
-  // that the bits depend on the batch, as a chunked prefill's depend on the
-  // chunk. Returns, per job, its last position's logits [V] or its error.
+  // most ExactPrefillBatchTokens(), a job's K/V and logits have the bits of
+  // its Prefill alone (engine_test): every matmul runs row by row, and
+  // one-token prompts run as a forward of their own. Beyond that the bits
+  // depend on the batch, as a chunked prefill's depend on the chunk.
+  // Returns, per job, its last position's logits [V] or its error.
   std::vector<absl::StatusOr<at::Tensor>> PrefillBatch(const std::vector<PrefillJob>& jobs) const;
+  // The most tokens a PrefillBatch may hold with every job keeping the bits
+  // of its Prefill alone: kGemvMaxBatchRows (32), or options().prefill_chunk
+  // where every matmul is row by row at any size (bf16 weights under
+  // --bf16-matmul dot).
+  int64_t ExactPrefillBatchTokens() const;
 
   // One batched decode step: token[i] goes to seqs[i] at its next position.
   // Returns logits [B, V].

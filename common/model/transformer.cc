@@ -55,6 +55,36 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
+namespace {
+
+bool RowKernelsTake(const at::Tensor& x, const GemvMatrix& wm) {
+  return x.dim() == 2 && x.scalar_type() == at::kFloat && wm.data != nullptr && GemvAvailable();
+}
+
+// x [M, K] W^T through GemvRows: each row of x summed in one order for any M.
+at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMatrix& wm) {
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = x.size(0), K = w.size(1), N = w.size(0);
+  at::Tensor y = at::empty({M, N}, at::kFloat);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
+    GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N);
+  });
+  return y;
+}
+
+}  // namespace
+
+at::Tensor LinearRowwise(const at::Tensor& x, const at::Tensor& w) {
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  const GemvMatrix wm = AsGemvMatrix(w);
+  if (!needs_grad && !IsQ8(w) && x.dim() == 2 && x.size(0) > 0 && RowKernelsTake(x, wm)) {
+    return GemvRowsLinear(x, w, wm);
+  }
+  return Linear(x, w);
+}
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (IsQ8(w)) return LinearQ8(x, w);
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
@@ -63,19 +93,10 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   if (!needs_grad && M > 0 && wm.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {
     return LinearBf16Dot(x, w);  // any M: x rounded once, then GemvRows' kernel (same bits)
   }
-  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && x.scalar_type() == at::kFloat && wm.data != nullptr &&
-      GemvAvailable()) {
+  if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && RowKernelsTake(x, wm)) {
     // Decode-sized: our kernels stream each weight row once per 4 rows of x
     // (the LM head alone is 196 MB in bf16); gemv_tiles.h.
-    const at::Tensor xc = x.contiguous();
-    const int64_t K = w.size(1), N = w.size(0);
-    at::Tensor y = at::empty({M, N}, at::kFloat);
-    const float* xp = xc.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
-      GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N);
-    });
-    return y;
+    return GemvRowsLinear(x, w, wm);
   }
   // bf16 weights: widened exactly, or (opt-in) bf16 activations: bf16 GEMM
   // on AMX, or the dot kernel GemvRows uses above.

@@ -112,4 +112,11 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 // bf16-weight product, whatever M, is LinearBf16Dot (x rounded to bf16).
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w);
 
+// Linear through the row kernels for any number of rows, where they can
+// run (fp32 or bf16 weights, no autograd): a row's result does not depend
+// on how many rows share the call. For small matrices whose cost does not
+// matter and whose bits do: the MoE router, so that a prompt routes its
+// tokens alike in a batched prefill and alone.
+at::Tensor LinearRowwise(const at::Tensor& x, const at::Tensor& w);
+
 }  // namespace pdserve

@@ -218,7 +218,7 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
 at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
   const LayerWeights& L = w_.layers[layer];
   const int64_t N = h.size(0);
-  at::Tensor logits = Linear(h, L.router);  // [N, E]
+  at::Tensor logits = LinearRowwise(h, L.router);  // [N, E]; any N: the same bits per row
   at::Tensor idx = TopKExperts(logits, config().top_k);
   at::Tensor gates = TopKGates(logits, idx);  // [N, top_k]
 

@@ -66,7 +66,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for pair in decode_service/pdserve-decode:--max-batch=0 decode_service/pdserve-decode:--local-prefill-limit=-1 \
             router/pdserve-router:--max-attempts=0 router/pdserve-router:--max-inflight=0 \
             prefill_service/pdserve-prefill:--executors=0 prefill_service/pdserve-prefill:--handoff-heartbeat-ms=0 \
-            prefill_service/pdserve-prefill:--prefill-batch-tokens=-1; do
+            prefill_service/pdserve-prefill:--prefill-batch-tokens=-2; do
   b=${pair%%:*} flag=${pair#*:}
   rc=0; standalone=$("$BUILD/$b" "$flag" 2>&1 >/dev/null) || rc=$?
   [ "$rc" = 2 ] || fail "$b $flag exited $rc: $standalone"
