@@ -294,13 +294,13 @@ class Load:
         return r
 
 
-def run_generate(build, model, prompts, max_new, sampling, work, tag):
+def run_generate(build, model, prompts, max_new, sampling, work, tag, engine_args):
     path = os.path.join(work, f"prompts-{tag}.jsonl")
     with open(path, "w") as f:
         for i, p in enumerate(prompts):
             f.write(json.dumps({"id": i, "token_ids": p}) + "\n")
     cmd = [os.path.join(build, "clients", "pdserve-generate"), "--model", model, "--prompts-jsonl", path,
-           "--max-new-tokens", str(max_new), "--threads", "1"]
+           "--max-new-tokens", str(max_new), "--threads", "1", *engine_args]
     if sampling is not None:
         t, p, k, s = sampling
         cmd += ["--temperature", str(t), "--top-p", str(p), "--top-k", str(k), "--seed", str(s)]
@@ -444,6 +444,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(SRC, "build"), help="CMake build directory (default: ./build)")
     ap.add_argument("--config", default=os.path.join(SRC, "configs", "tiny.json"), help="model config for pdserve-init-model")
     ap.add_argument("--n", type=int, default=300, help="requests (default 300)")
+    ap.add_argument("--engine-args", default="", help="more engine flags for pdserve-generate and every worker, "
+                    "e.g. '--weights-dtype bf16 --bf16-matmul dot'")
     ap.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the request mix, the model and the fault schedule")
     ap.add_argument("--prompts", type=int, default=24, help="distinct prompts (default 24)")
@@ -499,16 +501,18 @@ def main():
     # Prompts and their right answers.
     prompts = [[rng.randint(32, 126) for _ in range(rng.randint(3, 40))] for _ in range(args.prompts)]
     sampling = [(0.8, 0.95, 50, 11), (1.0, 0.0, 0, 23)]
-    expected = [run_generate(build, model, prompts, args.max_new_tokens, None, work, "greedy")]
+    engine_args = args.engine_args.split()
+    expected = [run_generate(build, model, prompts, args.max_new_tokens, None, work, "greedy", engine_args)]
     for k, sp in enumerate(sampling):
-        expected.append(run_generate(build, model, prompts, args.max_new_tokens, sp, work, f"sampled{k}"))
+        expected.append(run_generate(build, model, prompts, args.max_new_tokens, sp, work, f"sampled{k}",
+                                     engine_args))
     log(f"expected outputs from pdserve-generate: {len(prompts)} prompts x {1 + len(sampling)} settings")
 
     # The stack.
     ports = free_ports(5)
     addr = {k: f"127.0.0.1:{p}" for k, p in zip(("router", "P0", "P1", "D0", "D1"), ports)}
     procs = {}
-    common = ["--model", model, "--threads", "1", "--metrics-port", "0"]
+    common = ["--model", model, "--threads", "1", "--metrics-port", "0", *engine_args]
     for name in ("D0", "D1"):
         procs[name] = Proc(name, [os.path.join(build, "decode_service", "pdserve-decode"), "--listen", addr[name],
                                   "--handoff-timeout-s", str(args.handoff_timeout_s), *common],
