@@ -101,8 +101,9 @@ PrefillService::~PrefillService() { Shutdown(); }
 
 void PrefillService::Start() {
   const bool exact = batch_tokens_ <= engine_->ExactPrefillBatchTokens();
-  log::Info(absl::StrFormat("prefill batches queued prompts up to %d tokens (%s)", batch_tokens_,
-                            exact ? "each prompt's bits as alone" : "bits depend on the batch"),
+  log::Info(batch_tokens_ == 0 ? std::string("prefill runs one prompt per forward")
+                               : absl::StrFormat("prefill batches queued prompts up to %d tokens (%s)", batch_tokens_,
+                                                 exact ? "each prompt's bits as alone" : "bits depend on the batch"),
             {{"prefill_batch_tokens", batch_tokens_}}, log::TextPrefix::Named("pdserve"));
   for (int i = 0; i < options_.executors; ++i) threads_.emplace_back([this] { ExecutorLoop(); });
 }
