@@ -240,8 +240,9 @@ void PrefillService::LogRequest(const Job& job, const absl::Status& status) cons
   const double ms = 1e-6;
   const int64_t e2e_ns = NowNs() - job.enqueued_ns;
   LogWorkerRequest(RequestTags::FromMetadata(*job.context), req.request_id(), ToGrpcStatus(status),
-                   absl::StrFormat("prompt %d (batch of %d), prefill %.1f ms, e2e %.1f ms, kv %d B -> %s", req.token_ids_size(),
-                                   resp.batch_prompts(), resp.prefill_ns() * ms, e2e_ns * ms, resp.kv_handoff_bytes(), req.decode_address()),
+                   absl::StrFormat("prompt %d (batch of %d), prefill %.1f ms, e2e %.1f ms, kv %d B -> %s",
+                                   req.token_ids_size(), resp.batch_prompts(), resp.prefill_ns() * ms, e2e_ns * ms,
+                                   resp.kv_handoff_bytes(), req.decode_address()),
                    {{"prompt_tokens", req.token_ids_size()},
                     {"batch_prompts", resp.batch_prompts()},
                     {"prefill_ms", log::Millis(resp.prefill_ns())},

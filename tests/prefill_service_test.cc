@@ -4,7 +4,9 @@
 // first token, the hand-off the decode side decodes from, the refusals
 // (decode side marked as the failed side, forbidden decode address, bad
 // prompt), the queue: its bound, a caller that leaves while queued, and
-// shutdown; and queued prompts prefilled together in one forward. The queue tests start no executor, so prompts stay queued.
+// shutdown; and queued prompts prefilled together in one forward. The
+// queue and batch tests start no executor until they choose to, so prompts
+// stay queued.
 #include "prefill_service/prefill_service.h"
 
 #include <ATen/ATen.h>
