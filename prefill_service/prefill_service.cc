@@ -197,9 +197,8 @@ grpc::ServerUnaryReactor* PrefillService::GetLoad(grpc::CallbackServerContext* c
 std::vector<PrefillService::Job> PrefillService::TakeBatchLocked() {
   std::vector<Job> batch{queue_.front()};
   queue_.pop_front();
-  const int64_t cap = batch_tokens_;
   int64_t tokens = batch[0].request->token_ids_size();
-  while (!queue_.empty() && tokens + queue_.front().request->token_ids_size() <= cap) {
+  while (!queue_.empty() && tokens + queue_.front().request->token_ids_size() <= batch_tokens_) {
     tokens += queue_.front().request->token_ids_size();
     batch.push_back(queue_.front());
     queue_.pop_front();

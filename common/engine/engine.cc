@@ -114,6 +114,19 @@ std::unique_ptr<Sequence> Engine::NewSequence() const {
   return std::make_unique<Sequence>(MixedKVCache(CacheLayout(config()), options_.kv));
 }
 
+namespace {
+
+// What a prefill's hooks say (OK when there are none): cancelled or not,
+// then, with_layer, the hand-off of `layer`'s final K/V.
+absl::Status PollHooks(const PrefillHooks* hooks, bool with_layer, int64_t layer) {
+  if (hooks == nullptr) return absl::OkStatus();
+  if (hooks->check_cancelled) RETURN_IF_ERROR(hooks->check_cancelled());
+  if (with_layer && hooks->on_layer_final) return hooks->on_layer_final(layer);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int64_t>& ids, int64_t chunk,
                                            const PrefillHooks* hooks) const {
   if (ids.empty()) return absl::InvalidArgumentError("prefill needs at least one token");
@@ -125,13 +138,9 @@ absl::StatusOr<at::Tensor> Engine::Prefill(Sequence* seq, const std::vector<int6
   for (size_t begin = 0; begin < ids.size(); begin += chunk) {
     const size_t end = std::min(ids.size(), begin + static_cast<size_t>(chunk));
     if (hooks != nullptr) {
-      if (hooks->check_cancelled) RETURN_IF_ERROR(hooks->check_cancelled());
+      RETURN_IF_ERROR(PollHooks(hooks, false, 0));
       const bool last = end == ids.size();
-      fo.after_layer = [hooks, last](int64_t layer) -> absl::Status {
-        if (hooks->check_cancelled) RETURN_IF_ERROR(hooks->check_cancelled());
-        if (last && hooks->on_layer_final) return hooks->on_layer_final(layer);
-        return absl::OkStatus();
-      };
+      fo.after_layer = [hooks, last](int64_t layer) { return PollHooks(hooks, last, layer); };
     }
     Segment s{&seq->cache, seq->pos, static_cast<int64_t>(end - begin)};
     ASSIGN_OR_RETURN(logits, model_.Forward(IdsTensor(ids, begin, end), {s}, fo));
@@ -159,14 +168,6 @@ absl::Status CheckPrefillJobs(const std::vector<PrefillJob>& jobs, int64_t chunk
   return absl::OkStatus();
 }
 
-// A job's hook status (OK when it has none).
-absl::Status PollJob(const PrefillJob& job, bool with_layer, int64_t layer) {
-  if (job.hooks == nullptr) return absl::OkStatus();
-  if (job.hooks->check_cancelled) RETURN_IF_ERROR(job.hooks->check_cancelled());
-  if (with_layer && job.hooks->on_layer_final) return job.hooks->on_layer_final(layer);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::vector<absl::StatusOr<at::Tensor>> Engine::PrefillBatch(const std::vector<PrefillJob>& jobs) const {
@@ -190,7 +191,7 @@ void Engine::PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector
   std::vector<size_t> live;
   std::vector<absl::Status> stopped(jobs.size());
   for (size_t i : group) {
-    stopped[i] = PollJob(jobs[i], false, 0);
+    stopped[i] = PollHooks(jobs[i].hooks, false, 0);
     if (stopped[i].ok()) live.push_back(i);
   }
   std::vector<int64_t> ids;
@@ -209,7 +210,7 @@ void Engine::PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector
     fo.after_layer = [&](int64_t layer) -> absl::Status {
       for (size_t i : live) {
         if (!stopped[i].ok()) continue;
-        stopped[i] = PollJob(jobs[i], true, layer);
+        stopped[i] = PollHooks(jobs[i].hooks, true, layer);
         if (!stopped[i].ok() && --running == 0) return stopped[i];
       }
       return absl::OkStatus();

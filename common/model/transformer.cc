@@ -79,7 +79,7 @@ at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMa
 at::Tensor LinearRowwise(const at::Tensor& x, const at::Tensor& w) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
   const GemvMatrix wm = AsGemvMatrix(w);
-  if (!needs_grad && !IsQ8(w) && x.dim() == 2 && x.size(0) > 0 && RowKernelsTake(x, wm)) {
+  if (!needs_grad && !IsQ8(w) && RowKernelsTake(x, wm) && x.size(0) > 0) {
     return GemvRowsLinear(x, w, wm);
   }
   return Linear(x, w);
