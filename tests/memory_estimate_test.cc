@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
+#include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
 
 namespace pdserve {
@@ -90,26 +92,33 @@ TEST(MemoryEstimateTest, KvBudgetAndWorkspaceAddUp) {
   EXPECT_EQ(a.total(), a.weights_f32_bytes + a.workspace_bytes);
 }
 
-// The workspace covers the chunk that ends a max_context prompt: a global
-// layer's block of query rows scores against every key (fp32, plus a bool
-// mask and its negation), and bf16 K/V widened to fp32 for that chunk.
+// The workspace covers the chunk that ends a max_context prompt. With the
+// fused prefill attention (prefill_attention.h): a global layer's K and V
+// in fp32 whatever the KV dtype. Without it: a block of query rows scores
+// against every key (fp32, plus a bool mask and its negation), and bf16
+// K/V widened to fp32 for that chunk.
 TEST(MemoryEstimateTest, WorkspaceCoversTheLongestContext) {
   ModelConfig c = Tiny();
   const auto workspace = [&](KvDtype kv, int64_t chunk) {
     return EstimateMemory(c, WeightsDtype::kF32, kv, 0, chunk, Bf16Matmul::kWiden).workspace_bytes;
   };
+  const bool fused = PrefillAttnSupported({c.n_heads, c.n_kv_heads, c.head_dim, false});
+  std::cout << "[ NOTE     ] attention workspace of the " << (fused ? "fused kernel" : "ATen form (no fused kernel here)")
+            << "\n";
   const int64_t rows = std::min<int64_t>(512, kAttentionBlockRows), f32 = workspace(KvDtype::kF32, 512);
+  const int64_t per_key = fused ? 4 * 2 * c.n_kv_heads * c.head_dim : rows * (4 * c.n_heads + 2);
   c.max_context += 1000;
-  EXPECT_EQ(workspace(KvDtype::kF32, 512) - f32, 1000 * rows * (4 * c.n_heads + 2));
+  EXPECT_EQ(workspace(KvDtype::kF32, 512) - f32, 1000 * per_key);
   EXPECT_EQ(workspace(KvDtype::kBF16, 512) - workspace(KvDtype::kF32, 512),
-            4 * 2 * c.max_context * c.n_kv_heads * c.head_dim);
+            fused ? 0 : 4 * 2 * c.max_context * c.n_kv_heads * c.head_dim);
   // A chunk longer than the context still counts its own keys and window.
   c.max_context = 16;
   const int64_t short_context = workspace(KvDtype::kF32, 64);
   c.max_context = 64 + c.window;
   EXPECT_EQ(short_context, workspace(KvDtype::kF32, 64));
   c.max_context += 1;
-  EXPECT_EQ(workspace(KvDtype::kF32, 64) - short_context, 64 * (4 * c.n_heads + 2));
+  const int64_t per_key_64 = fused ? per_key : 64 * (4 * c.n_heads + 2);
+  EXPECT_EQ(workspace(KvDtype::kF32, 64) - short_context, per_key_64);
 }
 
 TEST(MemoryEstimateTest, RefusalNamesTheNumbers) {

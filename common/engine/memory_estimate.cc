@@ -12,6 +12,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemm_amx.h"
+#include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
 
 namespace pdserve {
@@ -55,6 +56,20 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
   }
 }
 
+// Attention of T query rows against S keys: the fused kernel's fp32 K^T
+// and V in whole tiles (any KV dtype); where it does not take the shape,
+// BlockedAttendWithSinks' ATen form: one block of query rows' scores in
+// place, with its boolean mask and that mask's negation, and bf16 K/V
+// widened to fp32 once.
+int64_t AttentionWorkspaceBytes(const ModelConfig& c, KvDtype kv_dtype, int64_t T, int64_t S) {
+  if (PrefillAttnSupported({c.n_heads, c.n_kv_heads, c.head_dim, false})) {
+    return 4 * 2 * (S + 2 * kPrefillKeyTile) * c.n_kv_heads * c.head_dim;
+  }
+  const int64_t rows = std::min(T, kAttentionBlockRows);
+  const int64_t widened_kv = kv_dtype == KvDtype::kBF16 ? 4 * 2 * S * c.n_kv_heads * c.head_dim : 0;
+  return 4 * rows * c.n_heads * S + 2 * rows * S + widened_kv;
+}
+
 }  // namespace
 
 MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, KvDtype kv_dtype,
@@ -83,15 +98,12 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
   // fp32 activations of one chunk (residual, norms, q/k/v, attention out,
   // routed + shared expert hidden) and the last row's logits, twice for
   // temporaries; then attention on the chunk that ends the longest
-  // sequence (max_context): one block of query rows (BlockedAttendWithSinks)
-  // scores in place against every key of a global layer, with its boolean
-  // mask and that mask's negation, and bf16 K/V are widened to fp32 once.
+  // sequence (max_context), against every key of a global layer.
   const int64_t T = std::max<int64_t>(1, prefill_chunk);
   const int64_t per_token = 4 * c.d_model + (2 * c.n_heads + 2 * c.n_kv_heads) * c.head_dim +
                             3 * c.expert_hidden * (c.top_k + c.n_shared_experts) + c.n_experts;
-  const int64_t S = std::max(T + c.window, c.max_context), rows = std::min(T, kAttentionBlockRows);
-  const int64_t widened_kv = kv_dtype == KvDtype::kBF16 ? 4 * 2 * S * c.n_kv_heads * c.head_dim : 0;
-  e.workspace_bytes = 2 * 4 * (T * per_token + c.vocab_size) + 4 * rows * c.n_heads * S + 2 * rows * S + widened_kv;
+  const int64_t S = std::max(T + c.window, c.max_context);
+  e.workspace_bytes = 2 * 4 * (T * per_token + c.vocab_size) + AttentionWorkspaceBytes(c, kv_dtype, T, S);
   return e;
 }
 

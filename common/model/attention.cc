@@ -1,10 +1,14 @@
 #include "common/model/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "common/model/decode_attention.h"
+#include "common/model/prefill_attention.h"
 
 namespace pdserve {
 
@@ -60,17 +64,61 @@ at::Tensor AttendWithSinksInPlace(const at::Tensor& q, const at::Tensor& k, cons
   return out.view({H, T, d}).permute({1, 0, 2}).reshape({T, H * d});
 }
 
+// k or v [S, K, d] copied to fp32 at slots [offset, offset + S) of dst,
+// whose other slots are zeroed; `slot_dim` is dst's slot dimension.
+void FillKeySlots(const at::Tensor& src, at::Tensor dst, int64_t slot_dim, int64_t offset) {
+  const int64_t S = src.size(0), slots = dst.size(slot_dim);
+  dst.narrow(slot_dim, 0, offset).zero_();
+  dst.narrow(slot_dim, offset + S, slots - offset - S).zero_();
+  dst.narrow(slot_dim, offset, S).copy_(slot_dim == 2 ? src.permute({1, 2, 0}) : src.permute({1, 0, 2}));
+}
+
+// BlockedAttendWithSinks through the fused kernel (prefill_attention.h):
+// K/V laid out once, then the (query block, KV head) pairs in parallel,
+// zigzag over the blocks so that each thread's share of a causal triangle
+// is about even.
+at::Tensor FusedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
+                                const DecodeAttnShape& shape) {
+  const int64_t T = q.size(0), S = k.size(0), H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim;
+  const PrefillAttnKeyLayout layout(k_start, S);
+  at::Tensor kt = at::empty({K, d, layout.slots}, at::kFloat), vs = at::empty({K, layout.slots, d}, at::kFloat);
+  FillKeySlots(k, kt, 2, layout.offset);
+  FillKeySlots(v, vs, 1, layout.offset);
+  const at::Tensor qc = q.to(at::kFloat).contiguous(), sc = sinks.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({T, H * d}, at::kFloat);
+  const PrefillAttnQueries qa{qc.data_ptr<float>(), T, q_start, window};
+  const PrefillAttnKeys ka{kt.data_ptr<float>(), vs.data_ptr<float>(), layout.slots, layout.first_pos, k_start,
+                           k_start + S};
+  const int64_t blocks = PrefillAttnBlocks(T);
+  const DecodeAttnIsa isa = DecodeAttnDefaultIsa();
+  const float* sinks_p = sc.data_ptr<float>();
+  float* out_p = out.data_ptr<float>();
+  at::parallel_for(0, blocks * K, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scratch(PrefillAttnScratchFloats(shape));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t z = i / K, block = z % 2 == 0 ? z / 2 : blocks - 1 - z / 2;
+      PrefillAttentionBlock(qa, ka, shape, sinks_p, block, i % K, scratch.data(), out_p, isa);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
                                   int64_t block) {
   const int64_t T = q.size(0), S = k.size(0);
+  const bool grad = at::GradMode::is_enabled() &&
+                    (q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.requires_grad());
+  const DecodeAttnShape shape{q.size(1), k.size(1), q.size(2), false};
+  if (!grad && T > 0 && S > 0 && k_start >= 0 && PrefillAttnSupported(shape)) {
+    return FusedAttendWithSinks(q, k, v, sinks, q_start, k_start, window, shape);
+  }
   // Widen bf16 K/V once, not once per block.
   const at::Tensor kf = k.scalar_type() == at::kFloat ? k : k.to(at::kFloat);
   const at::Tensor vf = v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
-  const bool grad = at::GradMode::is_enabled() &&
-                    (q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.requires_grad());
   std::vector<at::Tensor> outs;
   for (int64_t t0 = 0; t0 < T; t0 += block) {
     const int64_t bt = std::min(block, T - t0);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/model/attention_isa.h"
 #include "common/model/avx2_util.h"
-#include "common/model/avx512_util.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {
@@ -16,33 +16,8 @@ namespace isa_avx2 {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-struct Vec {
-  static constexpr int64_t kWidth = 8;
-  static constexpr int kRegs = 16;
-  static __m256 Zero() { return _mm256_setzero_ps(); }
-  static __m256 Set1(float x) { return _mm256_set1_ps(x); }
-  template <typename T>
-  static __m256 Load(const T* p) { return avx2::Load8(p); }
-  static __m256 Fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-  static __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
-  static void Store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
-  static float Sum(__m256 x) { return avx2::HorizontalSum(x); }
-  static __m128 Sum4(__m256 a, __m256 b, __m256 c, __m256 d) { return avx2::HorizontalSum4(a, b, c, d); }
-  static __m256 Sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
-  static __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-  static __m256 Max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
-  static float MaxLanes(__m256 x) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-  }
-  static __m256 Round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  // 2^n for whole n in [-126, 127].
-  static __m256 Pow2(__m256 n) {
-    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
-  }
-};
+using attention_isa::avx2::Vec;
+using attention_isa::avx2::Exp;
 
 #include "common/model/decode_attention_kernel.inc"
 
@@ -57,32 +32,8 @@ namespace isa_avx512 {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-struct Vec {
-  static constexpr int64_t kWidth = 16;
-  static constexpr int kRegs = 32;
-  static __m512 Zero() { return _mm512_setzero_ps(); }
-  static __m512 Set1(float x) { return _mm512_set1_ps(x); }
-  static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-  static __m512 Load(const uint16_t* p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-  }
-  static __m512 Fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-  static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
-  static void Store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }
-  static float Sum(__m512 x) { return _mm512_reduce_add_ps(x); }
-  static __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) { return avx512::Sum4(a, b, c, d); }
-  static __m512 Sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
-  static __m512 Mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
-  static __m512 Max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
-  static float MaxLanes(__m512 x) { return _mm512_reduce_max_ps(x); }
-  static __m512 Round(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  // 2^n for whole n in [-126, 127].
-  static __m512 Pow2(__m512 n) {
-    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
-  }
-};
+using attention_isa::avx512::Vec;
+using attention_isa::avx512::Exp;
 
 #include "common/model/decode_attention_kernel.inc"
 

@@ -1,0 +1,142 @@
+// The fused prefill attention kernel (common/model/prefill_attention.h):
+// against the full-mask AttendWithSinks, in both ISA builds where the CPU
+// has them; a query row's bits do not depend on the rows computed with it;
+// rows with no allowed key give zeros.
+#include "common/model/prefill_attention.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/model/attention.h"
+
+namespace pdserve {
+namespace {
+
+struct Shape {
+  int64_t H, K, d;
+};
+
+struct Case {
+  int64_t q_start, T, k_start, S, window;
+};
+
+std::string Describe(const Shape& s, const Case& c, DecodeAttnIsa isa) {
+  return "H " + std::to_string(s.H) + " K " + std::to_string(s.K) + " d " + std::to_string(s.d) + " q_start " +
+         std::to_string(c.q_start) + " T " + std::to_string(c.T) + " k_start " + std::to_string(c.k_start) +
+         " S " + std::to_string(c.S) + " window " + std::to_string(c.window) + " " + DecodeAttnIsaName(isa);
+}
+
+// The kernel run block by block on one thread with the given ISA, K/V laid
+// out as attention.cc lays them out.
+at::Tensor RunKernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
+                     const Case& c, DecodeAttnIsa isa) {
+  const DecodeAttnShape shape{q.size(1), k.size(1), q.size(2), false};
+  const int64_t K = shape.n_kv_heads, d = shape.head_dim;
+  const PrefillAttnKeyLayout layout(c.k_start, c.S);
+  at::Tensor kt = at::zeros({K, d, layout.slots}), vs = at::zeros({K, layout.slots, d});
+  kt.narrow(2, layout.offset, c.S).copy_(k.permute({1, 2, 0}));
+  vs.narrow(1, layout.offset, c.S).copy_(v.permute({1, 0, 2}));
+  const at::Tensor qc = q.contiguous();
+  at::Tensor out = at::full({c.T, shape.n_heads * d}, 7.0f);  // every element must be written
+  const PrefillAttnQueries qa{qc.data_ptr<float>(), c.T, c.q_start, c.window};
+  const PrefillAttnKeys ka{kt.data_ptr<float>(), vs.data_ptr<float>(), layout.slots, layout.first_pos, c.k_start,
+                           c.k_start + c.S};
+  std::vector<float> scratch(PrefillAttnScratchFloats(shape));
+  for (int64_t b = 0; b < PrefillAttnBlocks(c.T); ++b) {
+    for (int64_t g = 0; g < K; ++g) {
+      PrefillAttentionBlock(qa, ka, shape, sinks.data_ptr<float>(), b, g, scratch.data(), out.data_ptr<float>(), isa);
+    }
+  }
+  return out;
+}
+
+std::vector<DecodeAttnIsa> Isas() {
+  std::vector<DecodeAttnIsa> isas = {DecodeAttnIsa::kAvx2};
+  if (DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) isas.push_back(DecodeAttnIsa::kAvx512);
+  return isas;
+}
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {0, 300, 0, 300, 128},    // windowed prompt
+      {0, 300, 0, 300, 0},      // global prompt
+      {0, 37, 0, 37, 8},        // window much smaller than a tile
+      {384, 200, 256, 328, 128},  // windowed chunk over a full ring (keys from 256, not tile-aligned past rows)
+      {384, 200, 0, 584, 0},    // global chunk over 384 past rows
+      {50, 90, 0, 140, 0},      // past rows, T not a multiple of the block
+      {7, 33, 0, 40, 16},
+      {100, 20, 93, 27, 0},     // keys start inside a tile
+      {0, 5, 10, 4, 0},         // no query sees any key: the sink takes all
+  };
+  return cases;
+}
+
+TEST(PrefillAttentionTest, MatchesTheFullMaskFormInEachIsa) {
+  if (!PrefillAttnSupported({8, 4, 96, false})) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) {
+    std::cout << "[ NOTE     ] this CPU has no AVX-512F: only the AVX2 build is checked\n";
+  }
+  at::manual_seed(11);
+  for (const Shape& s : {Shape{8, 4, 96}, Shape{4, 4, 16}, Shape{8, 2, 32}, Shape{3, 1, 48}}) {
+    for (const Case& c : Cases()) {
+      const at::Tensor q = at::randn({c.T, s.H, s.d}), k = at::randn({c.S, s.K, s.d}), v = at::randn({c.S, s.K, s.d});
+      const at::Tensor sinks = at::randn({s.H}) * 3;
+      const at::Tensor want =
+          AttendWithSinks(q, k, v, sinks, AttentionMask(c.q_start, c.T, c.k_start, c.S, c.window));
+      for (DecodeAttnIsa isa : Isas()) {
+        const at::Tensor got = RunKernel(q, k, v, sinks, c, isa);
+        EXPECT_TRUE(at::allclose(got, want, 2e-5, 2e-5))
+            << Describe(s, c, isa) << ": max diff " << (got - want).abs().max().item<float>();
+      }
+    }
+  }
+}
+
+// Rows [a, T) computed alone (a not a multiple of the block, so every row
+// sits in another block with other company) equal the same rows computed
+// with all T, bit for bit; through BlockedAttendWithSinks (the threaded
+// path) as well.
+TEST(PrefillAttentionTest, ARowsBitsDoNotDependOnItsBlock) {
+  if (!PrefillAttnSupported({8, 4, 96, false})) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  at::manual_seed(12);
+  const Shape s{8, 4, 96};
+  for (const Case& c : Cases()) {
+    if (c.T < 8) continue;
+    const at::Tensor q = at::randn({c.T, s.H, s.d}), k = at::randn({c.S, s.K, s.d}), v = at::randn({c.S, s.K, s.d});
+    const at::Tensor sinks = at::randn({s.H});
+    for (int64_t a : {int64_t{5}, c.T / 2 + 3}) {
+      if (a >= c.T) continue;
+      const Case tail{c.q_start + a, c.T - a, c.k_start, c.S, c.window};
+      const at::Tensor qt = q.narrow(0, a, c.T - a);
+      for (DecodeAttnIsa isa : Isas()) {
+        const at::Tensor whole = RunKernel(q, k, v, sinks, c, isa), part = RunKernel(qt, k, v, sinks, tail, isa);
+        EXPECT_TRUE(at::equal(part, whole.narrow(0, a, c.T - a))) << Describe(s, c, isa) << " from row " << a;
+      }
+      const at::Tensor whole = BlockedAttendWithSinks(q, k, v, sinks, c.q_start, c.k_start, c.window);
+      const at::Tensor part = BlockedAttendWithSinks(qt, k, v, sinks, tail.q_start, c.k_start, c.window);
+      EXPECT_TRUE(at::equal(part, whole.narrow(0, a, c.T - a))) << "threaded, q_start " << c.q_start << " from row " << a;
+    }
+  }
+}
+
+// Where the kernel does not take a shape, BlockedAttendWithSinks falls back
+// to its ATen form; the fused path gives zeros for rows with no key.
+TEST(PrefillAttentionTest, ShapesTheKernelDoesNotTake) {
+  EXPECT_FALSE(PrefillAttnSupported({4, 2, 8, false}));     // d not a multiple of 16
+  EXPECT_FALSE(PrefillAttnSupported({6, 4, 16, false}));    // H not a multiple of K
+  EXPECT_FALSE(PrefillAttnSupported({64, 2, 16, false}));   // 32 query heads per KV head
+  const PrefillAttnKeyLayout layout(100, 27);
+  EXPECT_EQ(layout.first_pos, 64);
+  EXPECT_EQ(layout.offset, 36);
+  EXPECT_EQ(layout.slots, 64);  // slots 36..62 hold the keys
+  const PrefillAttnKeyLayout across(60, 10);
+  EXPECT_EQ(across.first_pos, 0);
+  EXPECT_EQ(across.slots, 128);
+}
+
+}  // namespace
+}  // namespace pdserve
