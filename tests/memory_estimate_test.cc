@@ -103,8 +103,8 @@ TEST(MemoryEstimateTest, WorkspaceCoversTheLongestContext) {
     return EstimateMemory(c, WeightsDtype::kF32, kv, 0, chunk, Bf16Matmul::kWiden).workspace_bytes;
   };
   const bool fused = PrefillAttnSupported({c.n_heads, c.n_kv_heads, c.head_dim, false});
-  std::cout << "[ NOTE     ] attention workspace of the " << (fused ? "fused kernel" : "ATen form (no fused kernel here)")
-            << "\n";
+  std::cout << "[ NOTE     ] attention workspace of the "
+            << (fused ? "fused kernel" : "ATen form (no fused kernel here)") << "\n";
   const int64_t rows = std::min<int64_t>(512, kAttentionBlockRows), f32 = workspace(KvDtype::kF32, 512);
   const int64_t per_key = fused ? 4 * 2 * c.n_kv_heads * c.head_dim : rows * (4 * c.n_heads + 2);
   c.max_context += 1000;

@@ -118,7 +118,8 @@ TEST(PrefillAttentionTest, ARowsBitsDoNotDependOnItsBlock) {
       }
       const at::Tensor whole = BlockedAttendWithSinks(q, k, v, sinks, c.q_start, c.k_start, c.window);
       const at::Tensor part = BlockedAttendWithSinks(qt, k, v, sinks, tail.q_start, c.k_start, c.window);
-      EXPECT_TRUE(at::equal(part, whole.narrow(0, a, c.T - a))) << "threaded, q_start " << c.q_start << " from row " << a;
+      EXPECT_TRUE(at::equal(part, whole.narrow(0, a, c.T - a)))
+          << "threaded, q_start " << c.q_start << " from row " << a;
     }
   }
 }

@@ -10,34 +10,9 @@
 namespace pdserve {
 namespace {
 
-namespace isa_avx2 {
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-
-using attention_isa::avx2::Exp;
-using attention_isa::avx2::Vec;
-
-#include "common/model/prefill_attention_kernel.inc"
-
-#pragma GCC pop_options
-}  // namespace isa_avx2
-
-namespace isa_avx512 {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
-// GCC 12's AVX-512 headers build vectors from _mm512_undefined_*: false positives.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
-using attention_isa::avx512::Exp;
-using attention_isa::avx512::Vec;
-
-#include "common/model/prefill_attention_kernel.inc"
-
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-}  // namespace isa_avx512
+#define PDSERVE_ATTENTION_KERNEL "common/model/prefill_attention_kernel.inc"
+#include "common/model/attention_isa_builds.inc"
+#undef PDSERVE_ATTENTION_KERNEL
 
 }  // namespace
 
