@@ -37,9 +37,12 @@ at::Tensor RunKernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const DecodeAttnShape shape{q.size(1), k.size(1), q.size(2), false};
   const int64_t K = shape.n_kv_heads, d = shape.head_dim;
   const PrefillAttnKeyLayout layout(c.k_start, c.S);
-  at::Tensor kt = at::zeros({K, d, layout.slots}), vs = at::zeros({K, layout.slots, d});
-  kt.narrow(2, layout.offset, c.S).copy_(k.permute({1, 2, 0}));
-  vs.narrow(1, layout.offset, c.S).copy_(v.permute({1, 0, 2}));
+  const int64_t tiles = layout.slots / kPrefillKeyTile;
+  at::Tensor kp = at::zeros({layout.slots, K, d}), vp = at::zeros({layout.slots, K, d});
+  kp.narrow(0, layout.offset, c.S).copy_(k);
+  vp.narrow(0, layout.offset, c.S).copy_(v);
+  const at::Tensor kt = kp.view({tiles, kPrefillKeyTile, K, d}).permute({2, 0, 3, 1}).contiguous();
+  const at::Tensor vs = vp.permute({1, 0, 2}).contiguous();
   const at::Tensor qc = q.contiguous();
   at::Tensor out = at::full({c.T, shape.n_heads * d}, 7.0f);  // every element must be written
   const PrefillAttnQueries qa{qc.data_ptr<float>(), c.T, c.q_start, c.window};

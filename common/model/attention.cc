@@ -64,13 +64,15 @@ at::Tensor AttendWithSinksInPlace(const at::Tensor& q, const at::Tensor& k, cons
   return out.view({H, T, d}).permute({1, 0, 2}).reshape({T, H * d});
 }
 
-// k or v [S, K, d] copied to fp32 at slots [offset, offset + S) of dst,
-// whose other slots are zeroed; `slot_dim` is dst's slot dimension.
-void FillKeySlots(const at::Tensor& src, at::Tensor dst, int64_t slot_dim, int64_t offset) {
-  const int64_t S = src.size(0), slots = dst.size(slot_dim);
-  dst.narrow(slot_dim, 0, offset).zero_();
-  dst.narrow(slot_dim, offset + S, slots - offset - S).zero_();
-  dst.narrow(slot_dim, offset, S).copy_(slot_dim == 2 ? src.permute({1, 2, 0}) : src.permute({1, 0, 2}));
+// k or v [S, K, d] as fp32 [slots, K, d]: slots [offset, offset + S) hold
+// it, the others zeros.
+at::Tensor PadKeySlots(const at::Tensor& src, int64_t slots, int64_t offset) {
+  const int64_t S = src.size(0);
+  at::Tensor dst = at::empty({slots, src.size(1), src.size(2)}, at::kFloat);
+  dst.narrow(0, 0, offset).zero_();
+  dst.narrow(0, offset + S, slots - offset - S).zero_();
+  dst.narrow(0, offset, S).copy_(src);
+  return dst;
 }
 
 // BlockedAttendWithSinks through the fused kernel (prefill_attention.h):
@@ -82,9 +84,13 @@ at::Tensor FusedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const 
                                 const DecodeAttnShape& shape) {
   const int64_t T = q.size(0), S = k.size(0), H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim;
   const PrefillAttnKeyLayout layout(k_start, S);
-  at::Tensor kt = at::empty({K, d, layout.slots}, at::kFloat), vs = at::empty({K, layout.slots, d}, at::kFloat);
-  FillKeySlots(k, kt, 2, layout.offset);
-  FillKeySlots(v, vs, 1, layout.offset);
+  const int64_t tiles = layout.slots / kPrefillKeyTile;
+  // K: [K, tiles, d, tile] (each tile transposed, contiguous); V: [K, slots, d].
+  const at::Tensor kt = PadKeySlots(k, layout.slots, layout.offset)
+                            .view({tiles, kPrefillKeyTile, K, d})
+                            .permute({2, 0, 3, 1})
+                            .contiguous();
+  const at::Tensor vs = PadKeySlots(v, layout.slots, layout.offset).permute({1, 0, 2}).contiguous();
   const at::Tensor qc = q.to(at::kFloat).contiguous(), sc = sinks.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({T, H * d}, at::kFloat);
   const PrefillAttnQueries qa{qc.data_ptr<float>(), T, q_start, window};

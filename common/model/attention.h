@@ -26,8 +26,11 @@ at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // upper blocks, never the full T x S square. Same softmax (with the sink)
 // per row; keys outside a block's range carry zero weight in the full form,
 // so only the summation order of the products can differ. Keys must be in
-// position order (k_start + s). Differentiable; without autograd each
-// block's softmax runs in place on one scores buffer (same math).
+// position order (k_start + s). Without autograd, and where the fused
+// kernel takes the shape (PrefillAttnSupported), it runs the fused kernel
+// (prefill_attention.h: its own blocks and key tiles, `block` unused);
+// otherwise ATen per block, differentiable, and without autograd each
+// block's softmax in place on one scores buffer (same math).
 inline constexpr int64_t kAttentionBlockRows = 128;
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,

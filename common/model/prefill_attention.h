@@ -33,7 +33,8 @@ inline constexpr int64_t kPrefillMaxGroup = 16;
 // A segment's keys in the kernel's layout: fp32, padded to whole tiles with
 // zeros. Key slot i holds position first_pos + i.
 struct PrefillAttnKeys {
-  const float* kt = nullptr;  // [K, d, slots]: each KV head's keys, transposed
+  const float* kt = nullptr;  // [K, slots / kPrefillKeyTile, d, kPrefillKeyTile]: each tile's keys,
+                              // transposed and contiguous (no cache-set conflicts between rows)
   const float* v = nullptr;   // [K, slots, d]
   int64_t slots = 0;          // a multiple of kPrefillKeyTile
   int64_t first_pos = 0;      // a multiple of kPrefillKeyTile
