@@ -94,7 +94,7 @@ TEST(MemoryEstimateTest, KvBudgetAndWorkspaceAddUp) {
 
 // The workspace covers the chunk that ends a max_context prompt. With the
 // fused prefill attention (prefill_attention.h): a global layer's K and V
-// in fp32 whatever the KV dtype. Without it: a block of query rows scores
+// in fp32 whatever the KV dtype, and one more copy of K while it is laid out. Without it: a block of query rows scores
 // against every key (fp32, plus a bool mask and its negation), and bf16
 // K/V widened to fp32 for that chunk.
 TEST(MemoryEstimateTest, WorkspaceCoversTheLongestContext) {
@@ -106,7 +106,7 @@ TEST(MemoryEstimateTest, WorkspaceCoversTheLongestContext) {
   std::cout << "[ NOTE     ] attention workspace of the "
             << (fused ? "fused kernel" : "ATen form (no fused kernel here)") << "\n";
   const int64_t rows = std::min<int64_t>(512, kAttentionBlockRows), f32 = workspace(KvDtype::kF32, 512);
-  const int64_t per_key = fused ? 4 * 2 * c.n_kv_heads * c.head_dim : rows * (4 * c.n_heads + 2);
+  const int64_t per_key = fused ? 4 * 3 * c.n_kv_heads * c.head_dim : rows * (4 * c.n_heads + 2);
   c.max_context += 1000;
   EXPECT_EQ(workspace(KvDtype::kF32, 512) - f32, 1000 * per_key);
   EXPECT_EQ(workspace(KvDtype::kBF16, 512) - workspace(KvDtype::kF32, 512),

@@ -57,13 +57,14 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
 }
 
 // Attention of T query rows against S keys: the fused kernel's fp32 K^T
-// and V in whole tiles (any KV dtype); where it does not take the shape,
+// and V in whole tiles (any KV dtype) and K's copy on the way to its
+// tile-major layout, three arrays; where it does not take the shape,
 // BlockedAttendWithSinks' ATen form: one block of query rows' scores in
 // place, with its boolean mask and that mask's negation, and bf16 K/V
 // widened to fp32 once.
 int64_t AttentionWorkspaceBytes(const ModelConfig& c, KvDtype kv_dtype, int64_t T, int64_t S) {
   if (PrefillAttnSupported({c.n_heads, c.n_kv_heads, c.head_dim, false})) {
-    return 4 * 2 * (S + 2 * kPrefillKeyTile) * c.n_kv_heads * c.head_dim;
+    return 4 * 3 * (S + 2 * kPrefillKeyTile) * c.n_kv_heads * c.head_dim;
   }
   const int64_t rows = std::min(T, kAttentionBlockRows);
   const int64_t widened_kv = kv_dtype == KvDtype::kBF16 ? 4 * 2 * S * c.n_kv_heads * c.head_dim : 0;

@@ -40,7 +40,8 @@ struct MemoryEstimate {
 // KV the process may hold (the decode worker's --kv-budget-mb; 0 if none).
 // The workspace is that of a prefill chunk ending at max_context, the
 // longest prompt Engine accepts: a global layer's K/V in the fused prefill
-// attention's fp32 layout (384 MiB for 4 KV heads of 96 at 131072 keys);
+// attention's fp32 layout, with one more copy of K while it is laid out
+// (576 MiB for 4 KV heads of 96 at 131072 keys);
 // on a CPU or shape that kernel does not take, the ATen form's scores for
 // a block of 128 rows against all of it (512 MiB with 8 heads) and, with
 // `kv_dtype` bf16, its K/V widened to fp32.

@@ -64,14 +64,14 @@ at::Tensor AttendWithSinksInPlace(const at::Tensor& q, const at::Tensor& k, cons
   return out.view({H, T, d}).permute({1, 0, 2}).reshape({T, H * d});
 }
 
-// k or v [S, K, d] as fp32 [slots, K, d]: slots [offset, offset + S) hold
+// k or v [S, K, d] as fp32 [K, slots, d]: slots [offset, offset + S) hold
 // it, the others zeros.
-at::Tensor PadKeySlots(const at::Tensor& src, int64_t slots, int64_t offset) {
+at::Tensor KeySlotsByHead(const at::Tensor& src, int64_t slots, int64_t offset) {
   const int64_t S = src.size(0);
-  at::Tensor dst = at::empty({slots, src.size(1), src.size(2)}, at::kFloat);
-  dst.narrow(0, 0, offset).zero_();
-  dst.narrow(0, offset + S, slots - offset - S).zero_();
-  dst.narrow(0, offset, S).copy_(src);
+  at::Tensor dst = at::empty({src.size(1), slots, src.size(2)}, at::kFloat);
+  dst.narrow(1, 0, offset).zero_();
+  dst.narrow(1, offset + S, slots - offset - S).zero_();
+  dst.narrow(1, offset, S).copy_(src.permute({1, 0, 2}));
   return dst;
 }
 
@@ -85,12 +85,11 @@ at::Tensor FusedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const 
   const int64_t T = q.size(0), S = k.size(0), H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim;
   const PrefillAttnKeyLayout layout(k_start, S);
   const int64_t tiles = layout.slots / kPrefillKeyTile;
-  // K: [K, tiles, d, tile] (each tile transposed, contiguous); V: [K, slots, d].
-  const at::Tensor kt = PadKeySlots(k, layout.slots, layout.offset)
-                            .view({tiles, kPrefillKeyTile, K, d})
-                            .permute({2, 0, 3, 1})
-                            .contiguous();
-  const at::Tensor vs = PadKeySlots(v, layout.slots, layout.offset).permute({1, 0, 2}).contiguous();
+  // V: [K, slots, d]; K: [K, tiles, d, tile] (each tile transposed and
+  // contiguous). At most three such arrays at once (the estimate counts them).
+  const at::Tensor vs = KeySlotsByHead(v, layout.slots, layout.offset);
+  const at::Tensor kt =
+      KeySlotsByHead(k, layout.slots, layout.offset).view({K, tiles, kPrefillKeyTile, d}).transpose(2, 3).contiguous();
   const at::Tensor qc = q.to(at::kFloat).contiguous(), sc = sinks.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({T, H * d}, at::kFloat);
   const PrefillAttnQueries qa{qc.data_ptr<float>(), T, q_start, window};
