@@ -27,7 +27,8 @@
 # depth 32768 too) and the faster kept; the CSV keeps both.
 #
 # Environment: ROUNDS (2), QUICK (0), ROWS (the groups to run: "decode deep prefill int8"; with
-# QUICK=1 "decode prefill int8"; deep = decode at depth 32768, ~10 min a round on a quiet machine),
+# QUICK=1 "decode prefill int8"; deep = decode at depth 32768, ~7 min a round on the Zen 5 VM,
+# almost all of it llama.cpp's two 32768-token prefills; the prefill group ~2 min a round there),
 # THREADS (nproc; on a busy machine 1 avoids the spin-wait collapse of 2 OpenMP threads on 2 shared
 # cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (docs/bench/vs_llamacpp),
 # CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
