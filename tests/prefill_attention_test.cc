@@ -31,27 +31,19 @@ std::string Describe(const Shape& s, const Case& c, DecodeAttnIsa isa) {
 }
 
 // The kernel run block by block on one thread with the given ISA, K/V laid
-// out as attention.cc lays them out.
+// out by LayOutPrefillKeys (what the threaded path uses).
 at::Tensor RunKernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sinks,
                      const Case& c, DecodeAttnIsa isa) {
   const DecodeAttnShape shape{q.size(1), k.size(1), q.size(2), false};
-  const int64_t K = shape.n_kv_heads, d = shape.head_dim;
-  const PrefillAttnKeyLayout layout(c.k_start, c.S);
-  const int64_t tiles = layout.slots / kPrefillKeyTile;
-  at::Tensor kp = at::zeros({layout.slots, K, d}), vp = at::zeros({layout.slots, K, d});
-  kp.narrow(0, layout.offset, c.S).copy_(k);
-  vp.narrow(0, layout.offset, c.S).copy_(v);
-  const at::Tensor kt = kp.view({tiles, kPrefillKeyTile, K, d}).permute({2, 0, 3, 1}).contiguous();
-  const at::Tensor vs = vp.permute({1, 0, 2}).contiguous();
+  const PrefillAttnKeyTensors laid = LayOutPrefillKeys(k, v, c.k_start);
   const at::Tensor qc = q.contiguous();
-  at::Tensor out = at::full({c.T, shape.n_heads * d}, 7.0f);  // every element must be written
+  at::Tensor out = at::full({c.T, shape.n_heads * shape.head_dim}, 7.0f);  // every element must be written
   const PrefillAttnQueries qa{qc.data_ptr<float>(), c.T, c.q_start, c.window};
-  const PrefillAttnKeys ka{kt.data_ptr<float>(), vs.data_ptr<float>(), layout.slots, layout.first_pos, c.k_start,
-                           c.k_start + c.S};
   std::vector<float> scratch(PrefillAttnScratchFloats(shape));
   for (int64_t b = 0; b < PrefillAttnBlocks(c.T); ++b) {
-    for (int64_t g = 0; g < K; ++g) {
-      PrefillAttentionBlock(qa, ka, shape, sinks.data_ptr<float>(), b, g, scratch.data(), out.data_ptr<float>(), isa);
+    for (int64_t g = 0; g < shape.n_kv_heads; ++g) {
+      PrefillAttentionBlock(qa, laid.keys, shape, sinks.data_ptr<float>(), b, g, scratch.data(),
+                            out.data_ptr<float>(), isa);
     }
   }
   return out;

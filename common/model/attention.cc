@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "common/model/decode_attention.h"
-#include "common/model/prefill_attention.h"
 
 namespace pdserve {
 
@@ -82,19 +81,12 @@ at::Tensor KeySlotsByHead(const at::Tensor& src, int64_t slots, int64_t offset) 
 at::Tensor FusedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
                                 const DecodeAttnShape& shape) {
-  const int64_t T = q.size(0), S = k.size(0), H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim;
-  const PrefillAttnKeyLayout layout(k_start, S);
-  const int64_t tiles = layout.slots / kPrefillKeyTile;
-  // V: [K, slots, d]; K: [K, tiles, d, tile] (each tile transposed and
-  // contiguous). At most three such arrays at once (the estimate counts them).
-  const at::Tensor vs = KeySlotsByHead(v, layout.slots, layout.offset);
-  const at::Tensor kt =
-      KeySlotsByHead(k, layout.slots, layout.offset).view({K, tiles, kPrefillKeyTile, d}).transpose(2, 3).contiguous();
+  const int64_t T = q.size(0), H = shape.n_heads, K = shape.n_kv_heads, d = shape.head_dim;
+  const PrefillAttnKeyTensors laid = LayOutPrefillKeys(k, v, k_start);
+  const PrefillAttnKeys& ka = laid.keys;
   const at::Tensor qc = q.to(at::kFloat).contiguous(), sc = sinks.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({T, H * d}, at::kFloat);
   const PrefillAttnQueries qa{qc.data_ptr<float>(), T, q_start, window};
-  const PrefillAttnKeys ka{kt.data_ptr<float>(), vs.data_ptr<float>(), layout.slots, layout.first_pos, k_start,
-                           k_start + S};
   const int64_t blocks = PrefillAttnBlocks(T);
   const DecodeAttnIsa isa = DecodeAttnDefaultIsa();
   const float* sinks_p = sc.data_ptr<float>();
@@ -110,6 +102,19 @@ at::Tensor FusedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const 
 }
 
 }  // namespace
+
+PrefillAttnKeyTensors LayOutPrefillKeys(const at::Tensor& k, const at::Tensor& v, int64_t k_start) {
+  const int64_t S = k.size(0), K = k.size(1), d = k.size(2);
+  const PrefillAttnKeyLayout layout(k_start, S);
+  const int64_t tiles = layout.slots / kPrefillKeyTile;
+  PrefillAttnKeyTensors out;
+  // V: [K, slots, d]; K: [K, tiles, d, tile] (each tile transposed and contiguous).
+  out.v = KeySlotsByHead(v, layout.slots, layout.offset);
+  out.kt =
+      KeySlotsByHead(k, layout.slots, layout.offset).view({K, tiles, kPrefillKeyTile, d}).transpose(2, 3).contiguous();
+  out.keys = {out.kt.data_ptr<float>(), out.v.data_ptr<float>(), layout.slots, layout.first_pos, k_start, k_start + S};
+  return out;
+}
 
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/model/prefill_attention.h"
+
 namespace pdserve {
 
 // Boolean [T, S] mask of allowed keys: query t sits at q_start + t, key s at
@@ -32,6 +34,16 @@ at::Tensor AttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // otherwise ATen per block, differentiable, and without autograd each
 // block's softmax in place on one scores buffer (same math).
 inline constexpr int64_t kAttentionBlockRows = 128;
+
+// A segment's K and V [S, K, d] (any float dtype), keys from position
+// k_start, in the fused prefill kernel's layout: `keys` points into the
+// fp32 buffers `kt` and `v`, which own them. At most three arrays of that
+// size live at once while it is built (the memory estimate counts them).
+struct PrefillAttnKeyTensors {
+  at::Tensor kt, v;
+  PrefillAttnKeys keys;
+};
+PrefillAttnKeyTensors LayOutPrefillKeys(const at::Tensor& k, const at::Tensor& v, int64_t k_start);
 at::Tensor BlockedAttendWithSinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& sinks, int64_t q_start, int64_t k_start, int64_t window,
                                   int64_t block = kAttentionBlockRows);
