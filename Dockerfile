@@ -29,7 +29,7 @@ FROM ${DEBIAN_IMAGE} AS build-deps
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config git ca-certificates \
-      libtorch-dev \
+      libtorch-dev libdnnl-dev \
       libopenblas0-openmp \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       libabsl-dev libgtest-dev \

@@ -22,7 +22,8 @@
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
 # AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
-# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot").
+# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). The F32 prefill rows
+# also run with --f32-packed-weights (weights packed at load for oneDNN; tool names end in " packed").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
 # depth 32768 too) and the faster kept; the CSV keeps both.
 #
@@ -183,12 +184,13 @@ pd_step() {
   $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b${PD_TOOL_SUFFIX:-}" "kv=bf16"
 }
 
-# pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens.
+# pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens
+# (PD_PACKED=1: --f32-packed-weights).
 pd_prefill() {
-  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd${PD_BF16_MATMUL:-}.csv len ts
+  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd${PD_BF16_MATMUL:-}${PD_PACKED:+_packed}.csv len ts
   "$PD/pdserve-ttft-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
     --threads "$THREADS" --prompt-lens 512,4096 --trials 1 --bf16-matmul "${PD_BF16_MATMUL:-auto}" \
-    --csv-out "$out" >/dev/null 2>&1
+    ${PD_PACKED:+--f32-packed-weights} --csv-out "$out" >/dev/null 2>&1
   $PY "$REPORT" parse ttft "$out" | while read -r len ts; do
     echo "$ts" | record "$round" "prefill_${len}_$dt" pdserve "pdserve-ttft-bench${PD_TOOL_SUFFIX:-}" "kv=bf16"
   done
@@ -228,6 +230,7 @@ run_prefill_rows() {
     llama_bench "$r" "prefill_4096_$dt" "$dt" on,off -p 4096 -n 0 --no-warmup
     pd_prefill "$r" "$dt"
   done
+  PD_PACKED=1 PD_TOOL_SUFFIX=" packed" pd_prefill "$r" f32
   if bf16_dot_supported; then PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_prefill "$r" bf16; fi
 }
 

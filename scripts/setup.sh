@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git
   libtorch-dev
+  libdnnl-dev           # oneDNN: the fp32 prefill GEMMs (LibTorch loads the same library)
   libopenblas0-openmp   # becomes the system libblas: LibTorch's fp32 matmul is 20-40x faster
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/model/gemm_amx.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/transformer.h"
@@ -60,11 +61,13 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   }
 }
 
-// The default path is exact: bf16 weights act as their fp32 values.
+// The default path is exact: bf16 weights act as their fp32 values, in the
+// fp32 GEMM fp32 weights take (LinearF32).
 TEST(Bf16MatmulTest, WidenedPathIsExact) {
   at::manual_seed(3);
   const at::Tensor x = at::randn({70, 64}), w = at::randn({96, 64}).to(at::kBFloat16);
-  EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), at::linear(x, w.to(at::kFloat))));
+  EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), LinearF32(x, w.to(at::kFloat))));
+  EXPECT_TRUE(at::allclose(LinearBf16Widened(x, w), at::linear(x, w.to(at::kFloat)), 1e-5, 1e-5));
 }
 
 // AMX parity: bf16 activations and a bf16-rounded output stay within a few

@@ -1,6 +1,7 @@
 #include "common/engine/engine.h"
 #include "common/model/cache_layout.h"
 #include "common/model/bf16_matmul.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/checkpoint.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/transformer.h"
@@ -406,11 +407,38 @@ TEST(EngineTrainingTest, ForwardIsDifferentiable) {
 }
 
 
+// --f32-packed-weights changes how prefill's GEMMs read the weights, not the
+// math: every layer's matmul weights are packed, and a 70-token prompt
+// (past the row kernels' 32 rows) gives the same logits within fp32
+// rounding as without packs (gemm_dnnl_test shows a pack in scope is what
+// the GEMM reads).
+TEST(EnginePackedTest, PackedWeightsGiveTheSameLogits) {
+  if (!DnnlGemmBuilt()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev): nothing packs";
+  const ModelWeights weights = RandomWeights(testing::TinyConfig(), 42);
+  ModelWeights copy = weights;
+  for (NamedTensor& nt : NamedTensors(&copy)) *nt.tensor = nt.tensor->clone();
+  const std::unique_ptr<Engine> plain = Engine::FromWeights(copy);
+  SetPackF32Weights(true);
+  const std::unique_ptr<Engine> packed = Engine::FromWeights(weights);
+  SetPackF32Weights(false);
+  const std::vector<int64_t> prompt = Prompt(70);
+  auto a = plain->ForwardNoCache(prompt);
+  auto b = packed->ForwardNoCache(prompt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::allclose(*a, *b, 1e-4, 1e-5));
+  const ModelConfig& c = packed->model().config();
+  ASSERT_NE(packed->model().packed_f32(), nullptr);
+  EXPECT_EQ(packed->model().packed_f32()->count(), c.n_layers * (2 + 2 * c.n_experts + 2 * c.n_shared_experts));
+  EXPECT_EQ(plain->model().packed_f32(), nullptr);
+  EXPECT_TRUE(at::equal(a->argmax(-1), b->argmax(-1)));
+}
+
 // bf16 weights act as their exact fp32 values on every Linear path: the
 // GEMV kernels (<= 32 rows), and for more rows the default path (the AMX
 // split GEMM where the CPU has it: fp32 accuracy, another summation order)
-// and the widened-weight GEMM (bit-exact), whose per-thread buffer is
-// reused across weights of different shapes.
+// and the widened-weight GEMM (bit-exact against the fp32 GEMM that fp32
+// weights take, LinearF32), whose per-thread buffer is reused across
+// weights of different shapes.
 TEST(LinearTest, Bf16WeightsEqualTheirFp32Values) {
   at::manual_seed(5);
   const at::Tensor big = at::randn({96, 64}).to(at::kBFloat16), small = at::randn({40, 64}).to(at::kBFloat16);
@@ -420,7 +448,8 @@ TEST(LinearTest, Bf16WeightsEqualTheirFp32Values) {
       const at::Tensor want = at::linear(x, w.to(at::kFloat));
       EXPECT_TRUE(at::allclose(Linear(x, w), want, 1e-5, 1e-5)) << rows << " rows, weight " << w.sizes();
       if (rows > 32) {
-        EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), want)) << rows << " rows, weight " << w.sizes();
+        EXPECT_TRUE(at::equal(LinearBf16Widened(x, w), LinearF32(x, w.to(at::kFloat))))
+            << rows << " rows, weight " << w.sizes();
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
 
@@ -64,6 +65,32 @@ TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
 // shapes its kernel does not take (here the tied head: a vocabulary of 40
 // rows, not a multiple of 16), widen all of them (the largest is then an
 // expert slice).
+// --f32-packed-weights: one more copy of every layer's fp32 matmul weight
+// (not the embedding, head or router), at least what PackedF32Weights holds.
+TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
+  const ModelConfig c = Tiny();
+  const MemoryEstimate off = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate on = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden, true);
+  EXPECT_EQ(off.packed_f32_bytes, 0);
+  EXPECT_EQ(on.total(), off.total() + on.packed_f32_bytes);
+  EXPECT_EQ(EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden, true).packed_f32_bytes,
+            0);
+  ModelWeights w = RandomWeights(c, 1);
+  int64_t layer_matmul_bytes = 0;
+  PackedF32Weights packs;
+  for (const NamedTensor& nt : NamedTensors(&w)) {
+    if (!nt.is_matmul_weight || nt.name.rfind("blocks.", 0) != 0) continue;
+    layer_matmul_bytes += 4 * nt.tensor->numel();
+    if (nt.tensor->dim() == 3) {
+      for (int64_t e = 0; e < nt.tensor->size(0); ++e) packs.Add(nt.tensor->select(0, e));
+    } else {
+      packs.Add(*nt.tensor);
+    }
+  }
+  EXPECT_GE(on.packed_f32_bytes, layer_matmul_bytes);
+  EXPECT_GE(on.packed_f32_bytes, packs.bytes());
+}
+
 TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {
   ModelConfig c = Tiny();
   c.vocab_size = 40;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/engine/memory_estimate.h"
 #include "common/model/bf16_matmul.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/cache_layout.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/huge_page_arena.h"
@@ -40,7 +41,8 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   if (!config.ok()) return absl::OkStatus();
   const MemoryEstimate estimate =
       EstimateMemory(*config, options.weights_dtype, options.kv.dtype, options.kv_budget_bytes,
-                     options.prefill_chunk, GetBf16Matmul());
+                     options.prefill_chunk, GetBf16Matmul(),
+                     PackF32Weights() && options.weights_dtype == WeightsDtype::kF32);
   ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
   log::Info(DescribeMemory(estimate, limit), {}, log::TextPrefix::Named("pdserve"));
   return CheckMemoryFits(estimate, limit);

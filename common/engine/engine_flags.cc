@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/fingerprint.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 
@@ -29,6 +30,12 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
           "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics) or auto (split where "
           "the CPU runs the amx ISA, see PDSERVE_ISA, else widen). split and amx are refused at start on CPUs "
           "without AMX-BF16, dot on CPUs without AVX512-BF16.");
+
+ABSL_FLAG(bool, f32_packed_weights, false,
+          "With --weights-dtype f32: also keep each layer's matmul weights in oneDNN's blocked layout, packed at "
+          "load, for the prefill GEMMs (more than 32 rows): about 20% faster prefill at 512 tokens on AVX-512, for "
+          "as much memory again as those weights (counted in the memory estimate). Decode reads the weights as "
+          "before. No effect with bf16 or int8 weights.");
 
 namespace pdserve {
 
@@ -62,6 +69,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
                         absl::StrCat("--bf16-matmul=", bf16_matmul, ": ", bm.status().message()));
   }
   RETURN_IF_ERROR(SetBf16Matmul(*bm));
+  SetPackF32Weights(absl::GetFlag(FLAGS_f32_packed_weights));
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", options.num_threads, ": must be >= 0"));
   }

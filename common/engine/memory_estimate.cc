@@ -74,7 +74,8 @@ int64_t AttentionWorkspaceBytes(const ModelConfig& c, KvDtype kv_dtype, int64_t 
 }  // namespace
 
 MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, KvDtype kv_dtype,
-                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul) {
+                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul,
+                              bool packed_f32) {
   MemoryEstimate e;
   ModelWeights shapes;
   shapes.config = c;
@@ -91,6 +92,12 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       else unbuffered = std::max(unbuffered, slice);
     } else {
       e.weights_f32_bytes += 4 * n;
+      if (packed_f32 && nt.is_matmul_weight && nt.name.rfind("blocks.", 0) == 0) {
+        // [N, K] per expert slice, rounded up to the packed layout's blocks.
+        const int64_t K = nt.shape.back(), N = nt.shape[nt.shape.size() - 2];
+        const int64_t slices = nt.shape.size() == 3 ? nt.shape[0] : 1;
+        e.packed_f32_bytes += 4 * slices * ((N + 63) / 64 * 64) * ((K + 15) / 16 * 16);
+      }
     }
   }
   // One buffer per calling thread (a prefill and a decode worker).
@@ -144,6 +151,7 @@ absl::StatusOr<MemoryLimit> ContainerMemoryLimit() {
 std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
   return absl::StrCat("memory estimate ", Bytes(e.total()), ": weights ", Bytes(e.weights_f32_bytes), " f32 + ",
                       Bytes(e.weights_bf16_bytes), " bf16, f32 copies of bf16 weights ", Bytes(e.widened_f32_bytes),
+                      e.packed_f32_bytes > 0 ? absl::StrCat(", packed f32 weights ", Bytes(e.packed_f32_bytes)) : "",
                       ", KV budget ", Bytes(e.kv_budget_bytes), ", workspace ", Bytes(e.workspace_bytes), "; limit ",
                       limit.bytes < 0 ? std::string("none") : Bytes(limit.bytes),
                       limit.source.empty() ? "" : absl::StrCat(" (", limit.source, ")"));

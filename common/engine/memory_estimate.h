@@ -29,10 +29,15 @@ struct MemoryEstimate {
   // buffer of Linear and the LM head's transient copy in prefill); 0 in f32,
   // with the amx path, and with split for every shape its kernel takes.
   int64_t widened_f32_bytes = 0;
+  // --f32-packed-weights: a second copy of each layer's fp32 matmul weights
+  // in oneDNN's blocked layout (gemm_dnnl.h), rounded up to its blocks of
+  // 64 outputs x 16 inputs; 0 otherwise.
+  int64_t packed_f32_bytes = 0;
   int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
   int64_t workspace_bytes = 0;     // one prefill chunk at max_context
   int64_t total() const {
-    return weights_f32_bytes + weights_bf16_bytes + widened_f32_bytes + kv_budget_bytes + workspace_bytes;
+    return weights_f32_bytes + weights_bf16_bytes + widened_f32_bytes + packed_f32_bytes + kv_budget_bytes +
+           workspace_bytes;
   }
 };
 
@@ -47,8 +52,10 @@ struct MemoryEstimate {
 // `kv_dtype` bf16, its K/V widened to fp32.
 // `bf16_matmul` is the prefill path of bf16 weights (GetBf16Matmul()): only
 // widen, and split for shapes its AMX kernel does not take, copy weights.
+// `packed_f32` (PackF32Weights()) counts the packs of fp32 layer weights.
 MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, KvDtype kv_dtype,
-                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul);
+                              int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul,
+                              bool packed_f32 = false);
 
 struct MemoryLimit {
   int64_t bytes = -1;  // -1: no limit

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/gemm_amx.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_tiles.h"
 #include "common/util/cpu_features.h"
@@ -99,7 +100,7 @@ at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
   if (!buffer.defined() || buffer.numel() < w.numel()) buffer = at::empty({w.numel()}, at::kFloat);
   at::Tensor wf = buffer.narrow(0, 0, w.numel()).view(w.sizes());
   wf.copy_(w);
-  return at::linear(x.to(at::kFloat), wf);
+  return LinearF32(x.to(at::kFloat), wf);
 }
 
 at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w) {

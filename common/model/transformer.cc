@@ -11,6 +11,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_matrix.h"
 #include "common/model/gemv_tiles.h"
@@ -101,7 +102,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   // bf16 weights: widened exactly, or (opt-in) bf16 activations: bf16 GEMM
   // on AMX, or the dot kernel GemvRows uses above.
   if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
-  return at::linear(x, w);
+  return LinearF32(x, w);
 }
 
 Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w_.config) {
@@ -133,7 +134,29 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   }
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
+  if (PackF32Weights()) PackLayerWeights();
   ReleaseFreedHeap();
+}
+
+void Transformer::PackLayerWeights() {
+  auto packs = std::make_shared<PackedF32Weights>();
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const Fused& f = fused_[l];
+    // Only fp32 weights pack (Add refuses the others); the weights prefill's
+    // GEMMs read: q|kv, o, every expert's gate|up and down, the shared ones.
+    packs->Add(f.qkv);
+    packs->Add(L.o_proj);
+    for (int64_t e = 0; e < f.gate_up.size(0); ++e) {
+      packs->Add(f.gate_up.select(0, e));
+      packs->Add(L.down_proj.select(0, e));
+    }
+    for (size_t j = 0; j < f.shared.size(); ++j) {
+      packs->Add(f.shared[j]);
+      packs->Add(L.shared_down[j]);
+    }
+  }
+  if (packs->count() > 0) packed_ = std::move(packs);
 }
 
 std::vector<at::Tensor> Transformer::ClampedSinks() const {
@@ -148,6 +171,7 @@ std::vector<at::Tensor> Transformer::ClampedSinks() const {
 absl::StatusOr<at::Tensor> Transformer::Forward(const at::Tensor& ids, const std::vector<Segment>& segments,
                                                 const ForwardOptions& options) const {
   try {
+    const ScopedPackedF32 packs(packed_.get());
     return ForwardImpl(ids, segments, options);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));

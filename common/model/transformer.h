@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,7 @@
 namespace pdserve {
 
 class MixedKVCache;
+class PackedF32Weights;  // gemm_dnnl.h
 
 // A run of consecutive tokens of one sequence inside a forward's rows.
 struct Segment {
@@ -39,12 +41,16 @@ struct ForwardOptions {
 class Transformer {
  public:
   // For inference (weights without requires_grad) it fuses q|kv and gate|up
-  // and puts the weights decode streams on 2 MiB pages (huge_page_arena.h).
+  // and puts the weights decode streams on 2 MiB pages (huge_page_arena.h);
+  // with PackF32Weights() and fp32 weights it also packs each layer's
+  // matmul weights for the prefill GEMMs (gemm_dnnl.h).
   explicit Transformer(ModelWeights weights);
 
   const ModelConfig& config() const { return w_.config; }
   const ModelWeights& weights() const { return w_; }
   const Rope& rope() const { return rope_; }
+  // The prefill GEMMs' packed fp32 weights; null when not packing.
+  const PackedF32Weights* packed_f32() const { return packed_.get(); }
 
   // ids: [N] int64, the concatenation of `segments` (lengths sum to N).
   // Segments with a cache attend to its rows and append their new K/V.
@@ -61,6 +67,7 @@ class Transformer {
   absl::StatusOr<at::Tensor> ForwardImpl(const at::Tensor& ids, const std::vector<Segment>& segments,
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
+  void PackLayerWeights();
   // Attention of a forward's rows, segment by segment (prefill chunks, the
   // no-cache path): appends to each segment's cache as the masks require.
   // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
@@ -98,6 +105,8 @@ class Transformer {
   ModelWeights w_;
   Rope rope_;
   std::vector<Fused> fused_;
+  // The packs Forward puts in scope (LinearF32); null when not packing.
+  std::shared_ptr<const PackedF32Weights> packed_;
 };
 
 // x / sqrt(mean(x^2) + eps) * w, in fp32. Without autograd, 2-D fp32 x and
@@ -107,9 +116,9 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 
 // x W^T in fp32 (bf16 weights are widened exactly; int8 weights go to
 // LinearQ8, linear_int8.h). Up to 32 rows of x use the bandwidth-bound
-// kernels of gemv_kernels.h; more rows use BLAS, or for bf16 weights the
-// path SetBf16Matmul chose (bf16_matmul.h). Under --bf16-matmul dot every
-// bf16-weight product, whatever M, is LinearBf16Dot (x rounded to bf16).
+// kernels of gemv_kernels.h; more rows use LinearF32 (gemm_dnnl.h), or for bf16 weights
+// the path SetBf16Matmul chose (bf16_matmul.h). Under --bf16-matmul dot
+// every bf16-weight product, whatever M, is LinearBf16Dot (x rounded to bf16).
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w);
 
 // Linear through the row kernels for any number of rows, where they can

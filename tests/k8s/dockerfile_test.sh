@@ -5,7 +5,9 @@
 #     hadolint itself is neither in Debian nor on npm);
 #   - the build stages install every -dev package and compiler that
 #     scripts/setup.sh installs (the GPU one less libtorch-dev, which the
-#     CUDA LibTorch replaces), so the image builds what CI builds;
+#     CUDA LibTorch replaces, and libdnnl-dev, which that LibTorch carries
+#     built in: the GPU build leaves gemm_dnnl.cc's oneDNN path out), so the
+#     image builds what CI builds;
 #   - the CPU runtime stage installs the package of every shared library the
 #     built binaries load (readelf + dpkg), OpenBLAS included;
 #   - .dockerignore keeps build trees, caches, .git and models out.
@@ -57,7 +59,7 @@ for f in "${DF[@]}"; do
   text=$(side build "$f")
   grep "cmake -S" >/dev/null <<<"$text" || fail "$f: no build stage runs cmake -S"
   for p in "${need[@]}"; do
-    [ "$f" = Dockerfile.gpu ] && [ "$p" = libtorch-dev ] && continue
+    [ "$f" = Dockerfile.gpu ] && { [ "$p" = libtorch-dev ] || [ "$p" = libdnnl-dev ]; } && continue
     grep -qw -- "$p" <<<"$text" || fail "$f: the build stage does not install $p, which scripts/setup.sh does"
   done
   echo "ok: $f builds with setup.sh's ${#need[@]} build packages"

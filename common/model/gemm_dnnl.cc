@@ -1,0 +1,201 @@
+#include "common/model/gemm_dnnl.h"
+
+#include <ATen/ATen.h>
+#if PDSERVE_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+namespace pdserve {
+
+namespace {
+
+thread_local const PackedF32Weights* t_scoped_packs = nullptr;
+
+std::atomic<bool> g_pack_f32{false};
+
+}  // namespace
+
+#if PDSERVE_HAVE_DNNL
+
+namespace {
+
+using Dims = dnnl::memory::dims;
+using Tag = dnnl::memory::format_tag;
+using Dt = dnnl::memory::data_type;
+
+dnnl::engine& CpuEngine() {
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// W^T [K, N] read in place from W [N, K] with row stride ldw.
+dnnl::memory::desc InPlaceWeights(int64_t K, int64_t N, int64_t ldw) {
+  return dnnl::memory::desc(Dims{K, N}, Dt::f32, Dims{1, ldw});
+}
+
+// M is rounded up to a multiple of kRowQuantum (x padded with zero rows):
+// a primitive costs ~0.5 ms to create, and the routed experts' GEMMs see
+// nearly every M up to a chunk's length.
+constexpr int64_t kRowQuantum = 8;
+
+struct Gemm {
+  dnnl::memory::desc x, w, y;
+  dnnl::matmul prim;
+};
+
+// The primitive for one shape and weight layout, created on first use. Per
+// thread, so nothing is locked. Bounded: past kMaxCached entries the cache
+// starts over.
+const Gemm& GemmFor(int64_t M, const dnnl::memory::desc& w) {
+  constexpr size_t kMaxCached = 2048;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  thread_local std::map<Key, Gemm> cache;
+  const dnnl_blocking_desc_t& b = w.data.format_desc.blocking;
+  const int64_t K = w.dims()[0], N = w.dims()[1];
+  // In-place descs differ by their stride; packed ones by their blocks.
+  const Key key{M, K, N, b.strides[1], b.inner_nblks > 0 ? b.inner_blks[b.inner_nblks - 1] : 0};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCached) cache.clear();
+  Gemm g;
+  g.x = dnnl::memory::desc(Dims{M, K}, Dt::f32, Tag::ab);
+  g.w = w;
+  g.y = dnnl::memory::desc(Dims{M, N}, Dt::f32, Tag::ab);
+  g.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(g.x, g.w, g.y), CpuEngine()));
+  return cache.emplace(key, std::move(g)).first->second;
+}
+
+}  // namespace
+
+struct PackedF32Weights::Impl {
+  struct Pack {
+    int64_t N, K, ldw;
+    dnnl::memory::desc desc;
+    at::Tensor storage;  // desc.get_size() bytes
+  };
+  std::unordered_map<const void*, Pack> packs;
+  int64_t bytes = 0;
+
+  const Pack* Find(const at::Tensor& w) const {
+    const auto it = packs.find(w.data_ptr());
+    if (it == packs.end()) return nullptr;
+    const Pack& p = it->second;
+    return p.N == w.size(0) && p.K == w.size(1) && p.ldw == w.stride(0) ? &p : nullptr;
+  }
+};
+
+PackedF32Weights::PackedF32Weights() : impl_(std::make_unique<Impl>()) {}
+PackedF32Weights::~PackedF32Weights() = default;
+int64_t PackedF32Weights::bytes() const { return impl_->bytes; }
+int64_t PackedF32Weights::count() const { return static_cast<int64_t>(impl_->packs.size()); }
+
+bool PackedF32Weights::Add(const at::Tensor& w) {
+  if (w.dim() != 2 || w.scalar_type() != at::kFloat || w.stride(1) != 1 || w.numel() == 0) return false;
+  const int64_t N = w.size(0), K = w.size(1), ldw = w.stride(0);
+  try {
+    // The layout oneDNN's kernel wants for this W (the same for every M on
+    // the CPUs measured; LinearF32Dnnl falls back to W if a shape refuses it).
+    const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(dnnl::memory::desc(Dims{64, K}, Dt::f32, Tag::ab), any,
+                           dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
+        CpuEngine());
+    const dnnl::memory::desc packed = pd.weights_desc();
+    const dnnl::memory::desc in_place = InPlaceWeights(K, N, ldw);
+    if (packed == in_place || packed.data.format_desc.blocking.inner_nblks == 0) return false;
+    Impl::Pack p{N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
+    dnnl::stream stream(CpuEngine());
+    dnnl::memory src(in_place, CpuEngine(), const_cast<float*>(w.data_ptr<float>()));
+    dnnl::memory dst(packed, CpuEngine(), p.storage.data_ptr());
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+    impl_->bytes += p.storage.numel();
+    impl_->packs.insert_or_assign(w.data_ptr(), std::move(p));
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
+      x.size(1) != w.size(1) || w.stride(1) != 1 || x.size(0) == 0 || w.size(0) == 0) {
+    return {};
+  }
+  const int64_t rows = x.size(0), K = x.size(1), N = w.size(0);
+  const int64_t M = (rows + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  at::Tensor xc = x.contiguous();
+  if (M != rows) xc = at::cat({xc, at::zeros({M - rows, K}, at::kFloat)}, 0);
+  at::Tensor y = at::empty({M, N}, at::kFloat);
+  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
+  dnnl::engine& engine = CpuEngine();
+  const auto run = [&](const dnnl::memory::desc& wd, void* wp) {
+    const Gemm& g = GemmFor(M, wd);
+    dnnl::stream stream(engine);
+    g.prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(g.x, engine, xc.data_ptr<float>())},
+                            {DNNL_ARG_WEIGHTS, dnnl::memory(g.w, engine, wp)},
+                            {DNNL_ARG_DST, dnnl::memory(g.y, engine, y.data_ptr<float>())}});
+    stream.wait();
+  };
+  try {
+    if (pack != nullptr) {
+      try {
+        run(pack->desc, pack->storage.data_ptr());
+        return M == rows ? y : y.narrow(0, 0, rows);
+      } catch (const dnnl::error&) {
+        // this M refuses the packed layout: W in place below
+      }
+    }
+    run(InPlaceWeights(K, N, w.stride(0)), const_cast<float*>(w.data_ptr<float>()));
+  } catch (const dnnl::error&) {
+    return {};  // no kernel for this shape on this CPU: the caller's fallback
+  }
+  return M == rows ? y : y.narrow(0, 0, rows);  // the first rows of a contiguous tensor
+}
+
+bool DnnlGemmBuilt() { return true; }
+
+#else  // built without oneDNN (the GPU image): LinearF32 is at::linear
+
+struct PackedF32Weights::Impl {};
+PackedF32Weights::PackedF32Weights() : impl_(std::make_unique<Impl>()) {}
+PackedF32Weights::~PackedF32Weights() = default;
+int64_t PackedF32Weights::bytes() const { return 0; }
+int64_t PackedF32Weights::count() const { return 0; }
+bool PackedF32Weights::Add(const at::Tensor&) { return false; }
+at::Tensor LinearF32Dnnl(const at::Tensor&, const at::Tensor&) { return {}; }
+bool DnnlGemmBuilt() { return false; }
+
+#endif  // PDSERVE_HAVE_DNNL
+
+ScopedPackedF32::ScopedPackedF32(const PackedF32Weights* packs) : previous_(t_scoped_packs) {
+  t_scoped_packs = packs;
+}
+ScopedPackedF32::~ScopedPackedF32() { t_scoped_packs = previous_; }
+
+void SetPackF32Weights(bool on) { g_pack_f32.store(on); }
+bool PackF32Weights() { return g_pack_f32.load(); }
+
+bool F32GemmUsesDnnl() {
+  static const bool on = [] {
+    const char* v = std::getenv("PDSERVE_F32_GEMM");
+    return v == nullptr || std::strcmp(v, "openblas") != 0;
+  }();
+  return on;
+}
+
+at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w) {
+  const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
+  if (!needs_grad && F32GemmUsesDnnl()) {
+    if (at::Tensor y = LinearF32Dnnl(x, w); y.defined()) return y;
+  }
+  return at::linear(x, w);
+}
+
+}  // namespace pdserve

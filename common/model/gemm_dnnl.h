@@ -1,0 +1,82 @@
+// fp32 GEMMs for prefill-sized inputs through oneDNN's matmul primitive
+// (the library LibTorch already links): brgemm kernels that oneDNN picks at
+// run time from the CPU's flags (AVX-512, AVX2).
+//   LinearF32          fp32 x W^T for any M: LinearF32Dnnl without autograd,
+//                      else (autograd, PDSERVE_F32_GEMM=openblas, a shape
+//                      oneDNN refuses) at::linear, which is OpenBLAS
+//   LinearF32Dnnl      y [M, N] = x [M, K] W^T for fp32 x and W ([N, K], rows
+//                      contiguous): W's packed copy where one is in scope,
+//                      else W read in place (no copy per call); an undefined
+//                      tensor when oneDNN refuses the shape or fails
+//   F32GemmUsesDnnl    whether LinearF32 calls oneDNN: yes unless
+//                      PDSERVE_F32_GEMM=openblas (read once; for A/B runs)
+//   DnnlGemmBuilt      whether this build has oneDNN (libdnnl-dev; the GPU
+//                      image's CUDA LibTorch build has not: everything here
+//                      then refuses, and LinearF32 is at::linear)
+//   PackedF32Weights   copies of fp32 weights in the blocked layout oneDNN's
+//                      kernels read (BA16a64b with AVX-512), made at load
+//                      (--f32-packed-weights): ~20% faster GEMMs at 512
+//                      rows, for as many bytes again as the weights
+//   ScopedPackedF32    puts one model's packs in scope for the calling
+//                      thread (Transformer::Forward)
+//   SetPackF32Weights / PackF32Weights   the process-wide choice
+//
+// Bits: a row's sum order depends on M (oneDNN blocks by M as OpenBLAS
+// does) and on packing, so, as with at::linear, rows are exact against
+// B = 1 only through the row kernels of 32 rows or fewer (gemv_tiles.h).
+// Runs are repeatable: the same M gives the same bits. One primitive per
+// (M rounded up to 8, K, N, W's layout) is created on first use (~0.5 ms)
+// and kept in a per-thread cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+namespace pdserve {
+
+at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w);
+
+at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w);
+
+bool F32GemmUsesDnnl();
+
+bool DnnlGemmBuilt();
+
+class PackedF32Weights {
+ public:
+  PackedF32Weights();
+  ~PackedF32Weights();
+  PackedF32Weights(const PackedF32Weights&) = delete;
+  PackedF32Weights& operator=(const PackedF32Weights&) = delete;
+
+  // Packs fp32 w ([N, K], rows contiguous; w must outlive this object and
+  // keep its address). False, and nothing kept, where oneDNN prefers W's
+  // own layout or refuses it (e.g. a CPU without AVX2).
+  bool Add(const at::Tensor& w);
+  int64_t bytes() const;  // of every pack held
+  int64_t count() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class ScopedPackedF32 {
+ public:
+  explicit ScopedPackedF32(const PackedF32Weights* packs);  // nullptr: none
+  ~ScopedPackedF32();
+  ScopedPackedF32(const ScopedPackedF32&) = delete;
+  ScopedPackedF32& operator=(const ScopedPackedF32&) = delete;
+
+ private:
+  const PackedF32Weights* previous_;
+};
+
+void SetPackF32Weights(bool on);
+bool PackF32Weights();
+
+}  // namespace pdserve

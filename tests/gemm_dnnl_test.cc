@@ -1,0 +1,138 @@
+#include "common/model/gemm_dnnl.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+namespace pdserve {
+namespace {
+
+// x W^T in double: the reference both GEMMs are held to.
+at::Tensor Reference(const at::Tensor& x, const at::Tensor& w) {
+  return at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+}
+
+// The largest |error| relative to the size of the output's entries.
+double RelError(const at::Tensor& y, const at::Tensor& ref) {
+  return (y.to(at::kDouble) - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+// Every test needs the oneDNN path (absent from the GPU image's build).
+class GemmDnnlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!DnnlGemmBuilt()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev): LinearF32 is at::linear";
+  }
+};
+
+TEST_F(GemmDnnlTest, MatchesTheReferenceForPrefillShapes) {
+  at::manual_seed(3);
+  // M past the row kernels' 32 rows, multiples of 8 and not (x padded), and
+  // K / N of the 502M model's projections plus odd sizes.
+  for (const auto& [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{33, 96, 48}, {37, 768, 200}, {64, 768, 1536},
+                                {129, 1536, 768}, {512, 768, 3072}, {41, 100, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "M " << M << " K " << K << " N " << N);
+    const at::Tensor x = at::randn({M, K});
+    const at::Tensor w = at::randn({N, K});
+    const at::Tensor y = LinearF32Dnnl(x, w);
+    ASSERT_TRUE(y.defined());
+    ASSERT_EQ(y.sizes(), (at::IntArrayRef{M, N}));
+    EXPECT_TRUE(y.is_contiguous());
+    EXPECT_LT(RelError(y, Reference(x, w)), 1e-5);
+    // Repeatable: the same shape gives the same bits.
+    EXPECT_TRUE(at::equal(LinearF32Dnnl(x, w), y));
+  }
+}
+
+TEST_F(GemmDnnlTest, ReadsWeightViewsWithARowStride) {
+  // The engine's fused products hand out narrowed views (q of qkv, gate of
+  // gate|up): rows contiguous, row stride past K.
+  at::manual_seed(4);
+  const at::Tensor fused = at::randn({200, 300});
+  const at::Tensor w = fused.narrow(1, 100, 96);  // [200, 96], stride 300
+  const at::Tensor x = at::randn({45, 96}).narrow(0, 5, 40);
+  const at::Tensor y = LinearF32Dnnl(x, w);
+  ASSERT_TRUE(y.defined());
+  EXPECT_LT(RelError(y, Reference(x, w)), 1e-5);
+  // A strided x is made contiguous; a strided W's inner dimension is not
+  // taken (the fallback's job).
+  EXPECT_FALSE(LinearF32Dnnl(x, at::randn({96, 200}).t()).defined());
+}
+
+TEST_F(GemmDnnlTest, RefusesWhatItDoesNotTake) {
+  const at::Tensor x = at::randn({40, 16});
+  EXPECT_FALSE(LinearF32Dnnl(x.to(at::kBFloat16), at::randn({8, 16})).defined());
+  EXPECT_FALSE(LinearF32Dnnl(x, at::randn({8, 16}).to(at::kBFloat16)).defined());
+  EXPECT_FALSE(LinearF32Dnnl(x, at::randn({8, 15})).defined());
+  EXPECT_FALSE(LinearF32Dnnl(at::randn({0, 16}), at::randn({8, 16})).defined());
+  EXPECT_FALSE(LinearF32Dnnl(at::randn({2, 40, 16}), at::randn({8, 16})).defined());
+  // LinearF32 still answers all of them through at::linear.
+  EXPECT_EQ(LinearF32(at::randn({0, 16}), at::randn({8, 16})).sizes(), (at::IntArrayRef{0, 8}));
+  EXPECT_EQ(LinearF32(at::randn({2, 40, 16}), at::randn({8, 16})).sizes(), (at::IntArrayRef{2, 40, 8}));
+}
+
+TEST_F(GemmDnnlTest, AutogradGoesToAtLinear) {
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({40, 16}).requires_grad_(true);
+  const at::Tensor w = at::randn({8, 16}).requires_grad_(true);
+  const at::Tensor y = LinearF32(x, w);
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_TRUE(at::allclose(w.grad(), x.sum(0).unsqueeze(0).expand({8, 16})));
+}
+
+TEST_F(GemmDnnlTest, LinearF32UsesOneDnnUnlessSwitchedOff) {
+  // PDSERVE_F32_GEMM=openblas is the A/B switch; ctest runs without it.
+  EXPECT_TRUE(F32GemmUsesDnnl());
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({48, 64}), w = at::randn({32, 64});
+  EXPECT_TRUE(at::equal(LinearF32(x, w), LinearF32Dnnl(x, w)));
+}
+
+TEST_F(GemmDnnlTest, PackedWeightsAreReadWhileInScope) {
+  at::manual_seed(7);
+  const at::Tensor x = at::randn({45, 100});
+  at::Tensor w = at::randn({200, 100});  // N not a multiple of 64, K not of 16
+  const at::Tensor before = Reference(x, w);
+  PackedF32Weights packs;
+  ASSERT_TRUE(packs.Add(w));
+  EXPECT_EQ(packs.count(), 1);
+  EXPECT_GE(packs.bytes(), 200 * 100 * 4);
+  // Change W after packing: in scope the pack (W's old values) is read,
+  // out of scope W itself. So the pack is what the GEMM reads.
+  w.mul_(-1);
+  {
+    const ScopedPackedF32 scope(&packs);
+    EXPECT_LT(RelError(LinearF32Dnnl(x, w), before), 1e-5);
+    // A view with the same address but another shape is not the pack's.
+    const at::Tensor half = w.narrow(0, 0, 100);
+    EXPECT_LT(RelError(LinearF32Dnnl(x, half), Reference(x, half)), 1e-5);
+    {
+      const ScopedPackedF32 none(nullptr);  // scopes nest
+      EXPECT_LT(RelError(LinearF32Dnnl(x, w), Reference(x, w)), 1e-5);
+    }
+    EXPECT_LT(RelError(LinearF32(x, w), before), 1e-5);
+  }
+  EXPECT_LT(RelError(LinearF32Dnnl(x, w), Reference(x, w)), 1e-5);
+}
+
+TEST_F(GemmDnnlTest, PacksWeightViewsAndRefusesOthers) {
+  at::manual_seed(8);
+  const at::Tensor fused = at::randn({128, 300});
+  const at::Tensor w = fused.narrow(1, 100, 96);  // row stride 300
+  PackedF32Weights packs;
+  ASSERT_TRUE(packs.Add(w));
+  const at::Tensor x = at::randn({40, 96});
+  const at::Tensor want = Reference(x, w);
+  fused.zero_();
+  const ScopedPackedF32 scope(&packs);
+  EXPECT_LT(RelError(LinearF32Dnnl(x, w), want), 1e-5);
+  EXPECT_FALSE(packs.Add(at::randn({8, 16}).to(at::kBFloat16)));
+  EXPECT_FALSE(packs.Add(at::randn({16, 8}).t()));
+  EXPECT_FALSE(packs.Add(at::randn({0, 16})));
+  EXPECT_EQ(packs.count(), 1);
+}
+
+}  // namespace
+}  // namespace pdserve
