@@ -90,6 +90,20 @@ TEST_F(GemmDnnlTest, LinearF32UsesOneDnnUnlessSwitchedOff) {
   EXPECT_TRUE(at::equal(LinearF32(x, w), LinearF32Dnnl(x, w)));
 }
 
+// bf16 W widened and packed in one reorder: the same bits as the fp32 GEMM
+// on W's exact fp32 values (bf16 weights act as their fp32 values).
+TEST_F(GemmDnnlTest, Bf16WeightsWidenToTheirFp32Values) {
+  at::manual_seed(9);
+  const at::Tensor fused = at::randn({200, 300}).to(at::kBFloat16);
+  for (const at::Tensor& w : {fused.narrow(1, 0, 300), fused.narrow(1, 100, 96), fused.narrow(0, 0, 50)}) {
+    const at::Tensor x = at::randn({41, w.size(1)});
+    const at::Tensor y = LinearBf16WidenedDnnl(x, w);
+    ASSERT_TRUE(y.defined());
+    EXPECT_TRUE(at::equal(y, LinearF32Dnnl(x, w.to(at::kFloat)))) << w.sizes();
+  }
+  EXPECT_FALSE(LinearBf16WidenedDnnl(at::randn({40, 16}), at::randn({8, 16})).defined());
+}
+
 TEST_F(GemmDnnlTest, PackedWeightsAreReadWhileInScope) {
   at::manual_seed(7);
   const at::Tensor x = at::randn({45, 100});

@@ -88,7 +88,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
       const int64_t cols = nt.shape.back();
       if (!WidensToF32(bf16_matmul, slice / cols, cols)) continue;
-      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, slice);
+      // The buffer holds W in oneDNN's packed layout (gemm_dnnl.h): rounded
+      // up to blocks of 64 outputs x 16 inputs.
+      const int64_t padded = (slice / cols + 63) / 64 * 64 * ((cols + 15) / 16 * 16);
+      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, padded);
       else unbuffered = std::max(unbuffered, slice);
     } else {
       e.weights_f32_bytes += 4 * n;

@@ -96,6 +96,11 @@ at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
   // and zeroing on every prefill matmul (~9% of a bf16 prefill).
   constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements (64 MB); the head is not buffered
   if (w.numel() > kMaxBuffered) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
+  // oneDNN: W widened and packed in one pass into its per-thread buffer,
+  // then its GEMM (gemm_dnnl.h); the same bits as LinearF32 on W's fp32 values.
+  if (F32GemmUsesDnnl() && !(at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()))) {
+    if (at::Tensor y = LinearBf16WidenedDnnl(x.to(at::kFloat), w); y.defined()) return y;
+  }
   thread_local at::Tensor buffer;
   if (!buffer.defined() || buffer.numel() < w.numel()) buffer = at::empty({w.numel()}, at::kFloat);
   at::Tensor wf = buffer.narrow(0, 0, w.numel()).view(w.sizes());

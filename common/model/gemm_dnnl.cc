@@ -73,6 +73,17 @@ const Gemm& GemmFor(int64_t M, const dnnl::memory::desc& w) {
 
 }  // namespace
 
+// The blocked layout oneDNN's kernel wants for an fp32 W^T [K, N] (the same
+// for every M on the CPUs measured), or W's own layout where it wants that.
+dnnl::memory::desc PreferredWeights(int64_t K, int64_t N) {
+  const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(dnnl::memory::desc(Dims{64, K}, Dt::f32, Tag::ab), any,
+                         dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
+      CpuEngine());
+  return pd.weights_desc();
+}
+
 struct PackedF32Weights::Impl {
   struct Pack {
     int64_t N, K, ldw;
@@ -99,14 +110,8 @@ bool PackedF32Weights::Add(const at::Tensor& w) {
   if (w.dim() != 2 || w.scalar_type() != at::kFloat || w.stride(1) != 1 || w.numel() == 0) return false;
   const int64_t N = w.size(0), K = w.size(1), ldw = w.stride(0);
   try {
-    // The layout oneDNN's kernel wants for this W (the same for every M on
-    // the CPUs measured; LinearF32Dnnl falls back to W if a shape refuses it).
-    const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(dnnl::memory::desc(Dims{64, K}, Dt::f32, Tag::ab), any,
-                           dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
-        CpuEngine());
-    const dnnl::memory::desc packed = pd.weights_desc();
+    // LinearF32Dnnl falls back to W if a shape refuses the packed layout.
+    const dnnl::memory::desc packed = PreferredWeights(K, N);
     const dnnl::memory::desc in_place = InPlaceWeights(K, N, ldw);
     if (packed == in_place || packed.data.format_desc.blocking.inner_nblks == 0) return false;
     Impl::Pack p{N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
@@ -123,40 +128,73 @@ bool PackedF32Weights::Add(const at::Tensor& w) {
   }
 }
 
-at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
-  if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat ||
-      x.size(1) != w.size(1) || w.stride(1) != 1 || x.size(0) == 0 || w.size(0) == 0) {
-    return {};
-  }
-  const int64_t rows = x.size(0), K = x.size(1), N = w.size(0);
+namespace {
+
+// y [rows, N] = x W^T with W^T described by `wd` at `wp`; throws dnnl::error
+// where oneDNN refuses.
+at::Tensor RunGemm(const at::Tensor& x, const dnnl::memory::desc& wd, void* wp) {
+  const int64_t rows = x.size(0), K = x.size(1), N = wd.dims()[1];
   const int64_t M = (rows + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
   at::Tensor xc = x.contiguous();
   if (M != rows) xc = at::cat({xc, at::zeros({M - rows, K}, at::kFloat)}, 0);
   at::Tensor y = at::empty({M, N}, at::kFloat);
-  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
+  const Gemm& g = GemmFor(M, wd);
   dnnl::engine& engine = CpuEngine();
-  const auto run = [&](const dnnl::memory::desc& wd, void* wp) {
-    const Gemm& g = GemmFor(M, wd);
-    dnnl::stream stream(engine);
-    g.prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(g.x, engine, xc.data_ptr<float>())},
-                            {DNNL_ARG_WEIGHTS, dnnl::memory(g.w, engine, wp)},
-                            {DNNL_ARG_DST, dnnl::memory(g.y, engine, y.data_ptr<float>())}});
-    stream.wait();
-  };
+  dnnl::stream stream(engine);
+  g.prim.execute(stream, {{DNNL_ARG_SRC, dnnl::memory(g.x, engine, xc.data_ptr<float>())},
+                          {DNNL_ARG_WEIGHTS, dnnl::memory(g.w, engine, wp)},
+                          {DNNL_ARG_DST, dnnl::memory(g.y, engine, y.data_ptr<float>())}});
+  stream.wait();
+  return M == rows ? y : y.narrow(0, 0, rows);  // the first rows of a contiguous tensor
+}
+
+bool TakesShapes(const at::Tensor& x, const at::Tensor& w, at::ScalarType w_type) {
+  return x.dim() == 2 && w.dim() == 2 && x.scalar_type() == at::kFloat && w.scalar_type() == w_type &&
+         x.size(1) == w.size(1) && w.stride(1) == 1 && x.size(0) > 0 && w.size(0) > 0;
+}
+
+}  // namespace
+
+at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
+  if (!TakesShapes(x, w, at::kFloat)) return {};
+  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
   try {
     if (pack != nullptr) {
       try {
-        run(pack->desc, pack->storage.data_ptr());
-        return M == rows ? y : y.narrow(0, 0, rows);
+        return RunGemm(x, pack->desc, pack->storage.data_ptr());
       } catch (const dnnl::error&) {
         // this M refuses the packed layout: W in place below
       }
     }
-    run(InPlaceWeights(K, N, w.stride(0)), const_cast<float*>(w.data_ptr<float>()));
+    return RunGemm(x, InPlaceWeights(x.size(1), w.size(0), w.stride(0)), const_cast<float*>(w.data_ptr<float>()));
   } catch (const dnnl::error&) {
     return {};  // no kernel for this shape on this CPU: the caller's fallback
   }
-  return M == rows ? y : y.narrow(0, 0, rows);  // the first rows of a contiguous tensor
+}
+
+at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w) {
+  if (!TakesShapes(x, w, at::kBFloat16)) return {};
+  const int64_t K = w.size(1), N = w.size(0);
+  try {
+    // The preferred layout per shape, and one buffer per thread for W.
+    thread_local std::map<std::pair<int64_t, int64_t>, dnnl::memory::desc> layouts;
+    thread_local at::Tensor buffer;
+    auto it = layouts.find({K, N});
+    if (it == layouts.end()) it = layouts.emplace(std::make_pair(K, N), PreferredWeights(K, N)).first;
+    const dnnl::memory::desc& packed = it->second;
+    const int64_t bytes = static_cast<int64_t>(packed.get_size());
+    if (!buffer.defined() || buffer.numel() < bytes) buffer = at::empty({bytes}, at::kByte);
+    // Widened (exactly) and packed in one pass: a reorder from bf16 W^T in place.
+    dnnl::engine& engine = CpuEngine();
+    dnnl::stream stream(engine);
+    dnnl::memory src(dnnl::memory::desc(Dims{K, N}, Dt::bf16, Dims{1, w.stride(0)}), engine, w.data_ptr());
+    dnnl::memory dst(packed, engine, buffer.data_ptr());
+    dnnl::reorder(src, dst).execute(stream, src, dst);
+    stream.wait();
+    return RunGemm(x, packed, buffer.data_ptr());
+  } catch (const dnnl::error&) {
+    return {};
+  }
 }
 
 bool DnnlGemmBuilt() { return true; }
@@ -170,6 +208,7 @@ int64_t PackedF32Weights::bytes() const { return 0; }
 int64_t PackedF32Weights::count() const { return 0; }
 bool PackedF32Weights::Add(const at::Tensor&) { return false; }
 at::Tensor LinearF32Dnnl(const at::Tensor&, const at::Tensor&) { return {}; }
+at::Tensor LinearBf16WidenedDnnl(const at::Tensor&, const at::Tensor&) { return {}; }
 bool DnnlGemmBuilt() { return false; }
 
 #endif  // PDSERVE_HAVE_DNNL

@@ -8,6 +8,9 @@
 //                      contiguous): W's packed copy where one is in scope,
 //                      else W read in place (no copy per call); an undefined
 //                      tensor when oneDNN refuses the shape or fails
+//   LinearBf16WidenedDnnl  the same for bf16 W: widened exactly to fp32 and
+//                      packed in one pass (a oneDNN reorder into a buffer
+//                      per thread), then the packed GEMM; undefined likewise
 //   F32GemmUsesDnnl    whether LinearF32 calls oneDNN: yes unless
 //                      PDSERVE_F32_GEMM=openblas (read once; for A/B runs)
 //   DnnlGemmBuilt      whether this build has oneDNN (libdnnl-dev; the GPU
@@ -39,6 +42,8 @@ namespace pdserve {
 at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w);
 
 at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w);
+
+at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w);
 
 bool F32GemmUsesDnnl();
 
