@@ -33,7 +33,7 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
 
 ABSL_FLAG(bool, f32_packed_weights, false,
           "With --weights-dtype f32: also keep each layer's matmul weights in oneDNN's blocked layout, packed at "
-          "load, for the prefill GEMMs (more than 32 rows): about 20% faster prefill at 512 tokens on AVX-512, for "
+          "load, for the prefill GEMMs (more than 32 rows): about 10% faster prefill at 512 tokens on AVX-512, for "
           "as much memory again as those weights (counted in the memory estimate). Decode reads the weights as "
           "before. No effect with bf16 or int8 weights.");
 
