@@ -113,6 +113,7 @@ TEST_F(GemmDnnlTest, PackedWeightsAreReadWhileInScope) {
   ASSERT_TRUE(packs.Add(w));
   EXPECT_EQ(packs.count(), 1);
   EXPECT_GE(packs.bytes(), 200 * 100 * 4);
+  EXPECT_EQ(packs.bytes(), PackedF32Bytes(200, 100));  // what memory estimates count
   // Change W after packing: in scope the pack (W's old values) is read,
   // out of scope W itself. So the pack is what the GEMM reads.
   w.mul_(-1);

@@ -12,6 +12,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemm_amx.h"
+#include "common/model/gemm_dnnl.h"
 #include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
 
@@ -88,23 +89,21 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
       const int64_t cols = nt.shape.back();
       if (!WidensToF32(bf16_matmul, slice / cols, cols)) continue;
-      // The buffer holds W in oneDNN's packed layout (gemm_dnnl.h): rounded
-      // up to blocks of 64 outputs x 16 inputs.
-      const int64_t padded = (slice / cols + 63) / 64 * 64 * ((cols + 15) / 16 * 16);
-      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, padded);
-      else unbuffered = std::max(unbuffered, slice);
+      // The buffer holds W in oneDNN's packed layout (gemm_dnnl.h).
+      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, PackedF32Bytes(slice / cols, cols));
+      else unbuffered = std::max(unbuffered, 4 * slice);
     } else {
       e.weights_f32_bytes += 4 * n;
       if (packed_f32 && nt.is_matmul_weight && nt.name.rfind("blocks.", 0) == 0) {
-        // [N, K] per expert slice, rounded up to the packed layout's blocks.
+        // [N, K] per expert slice, in the packed layout.
         const int64_t K = nt.shape.back(), N = nt.shape[nt.shape.size() - 2];
         const int64_t slices = nt.shape.size() == 3 ? nt.shape[0] : 1;
-        e.packed_f32_bytes += 4 * slices * ((N + 63) / 64 * 64) * ((K + 15) / 16 * 16);
+        e.packed_f32_bytes += slices * PackedF32Bytes(N, K);
       }
     }
   }
   // One buffer per calling thread (a prefill and a decode worker).
-  e.widened_f32_bytes = 4 * (2 * largest_buffered + unbuffered);
+  e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
   // fp32 activations of one chunk (residual, norms, q/k/v, attention out,
   // routed + shared expert hidden) and the last row's logits, twice for

@@ -98,7 +98,7 @@ at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
   if (w.numel() > kMaxBuffered) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
   // oneDNN: W widened and packed in one pass into its per-thread buffer,
   // then its GEMM (gemm_dnnl.h); the same bits as LinearF32 on W's fp32 values.
-  if (F32GemmUsesDnnl() && !(at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad()))) {
+  if (DnnlGemmMayServe(x, w)) {
     if (at::Tensor y = LinearBf16WidenedDnnl(x.to(at::kFloat), w); y.defined()) return y;
   }
   thread_local at::Tensor buffer;

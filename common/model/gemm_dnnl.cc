@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -71,10 +72,9 @@ const Gemm& GemmFor(int64_t M, const dnnl::memory::desc& w) {
   return cache.emplace(key, std::move(g)).first->second;
 }
 
-}  // namespace
-
 // The blocked layout oneDNN's kernel wants for an fp32 W^T [K, N] (the same
 // for every M on the CPUs measured), or W's own layout where it wants that.
+// Throws dnnl::error where oneDNN has no kernel.
 dnnl::memory::desc PreferredWeights(int64_t K, int64_t N) {
   const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
   const dnnl::matmul::primitive_desc pd(
@@ -82,6 +82,18 @@ dnnl::memory::desc PreferredWeights(int64_t K, int64_t N) {
                          dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
       CpuEngine());
   return pd.weights_desc();
+}
+
+}  // namespace
+
+int64_t PackedF32Bytes(int64_t N, int64_t K) {
+  const int64_t plain = 4 * N * K;
+  if (N <= 0 || K <= 0) return 0;
+  try {
+    return std::max<int64_t>(plain, static_cast<int64_t>(PreferredWeights(K, N).get_size()));
+  } catch (const dnnl::error&) {
+    return plain;
+  }
 }
 
 struct PackedF32Weights::Impl {
@@ -209,6 +221,7 @@ int64_t PackedF32Weights::count() const { return 0; }
 bool PackedF32Weights::Add(const at::Tensor&) { return false; }
 at::Tensor LinearF32Dnnl(const at::Tensor&, const at::Tensor&) { return {}; }
 at::Tensor LinearBf16WidenedDnnl(const at::Tensor&, const at::Tensor&) { return {}; }
+int64_t PackedF32Bytes(int64_t N, int64_t K) { return N > 0 && K > 0 ? 4 * N * K : 0; }
 bool DnnlGemmBuilt() { return false; }
 
 #endif  // PDSERVE_HAVE_DNNL
@@ -229,9 +242,13 @@ bool F32GemmUsesDnnl() {
   return on;
 }
 
-at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w) {
+bool DnnlGemmMayServe(const at::Tensor& x, const at::Tensor& w) {
   const bool needs_grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad());
-  if (!needs_grad && F32GemmUsesDnnl()) {
+  return !needs_grad && F32GemmUsesDnnl();
+}
+
+at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w) {
+  if (DnnlGemmMayServe(x, w)) {
     if (at::Tensor y = LinearF32Dnnl(x, w); y.defined()) return y;
   }
   return at::linear(x, w);

@@ -13,6 +13,12 @@
 //                      per thread), then the packed GEMM; undefined likewise
 //   F32GemmUsesDnnl    whether LinearF32 calls oneDNN: yes unless
 //                      PDSERVE_F32_GEMM=openblas (read once; for A/B runs)
+//   DnnlGemmMayServe   F32GemmUsesDnnl and no autograd through x or w: the
+//                      callers' test before trying the *Dnnl functions
+//   PackedF32Bytes     bytes of fp32 W [N, K] in the layout oneDNN's kernel
+//                      prefers on this CPU (what a pack, or the widening
+//                      buffer, holds); 4 N K where there is none (memory
+//                      estimates)
 //   DnnlGemmBuilt      whether this build has oneDNN (libdnnl-dev; the GPU
 //                      image's CUDA LibTorch build has not: everything here
 //                      then refuses, and LinearF32 is at::linear)
@@ -47,6 +53,10 @@ at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w);
 
 bool F32GemmUsesDnnl();
+
+bool DnnlGemmMayServe(const at::Tensor& x, const at::Tensor& w);
+
+int64_t PackedF32Bytes(int64_t N, int64_t K);
 
 bool DnnlGemmBuilt();
 
