@@ -22,8 +22,9 @@
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
 # AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
-# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). The F32 prefill rows
-# also run with --f32-packed-weights (weights packed at load for oneDNN; tool names end in " packed").
+# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). The F32 prefill rows,
+# and the BF16 ones on the exact path (--bf16-matmul widen), also run with --f32-packed-weights
+# (weights packed at load as fp32 for oneDNN; tool names end in " packed").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
 # depth 32768 too) and the faster kept; the CSV keeps both.
 #
@@ -231,6 +232,7 @@ run_prefill_rows() {
     pd_prefill "$r" "$dt"
   done
   PD_PACKED=1 PD_TOOL_SUFFIX=" packed" pd_prefill "$r" f32
+  PD_PACKED=1 PD_BF16_MATMUL=widen PD_TOOL_SUFFIX=" packed" pd_prefill "$r" bf16
   if bf16_dot_supported; then PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_prefill "$r" bf16; fi
 }
 

@@ -145,11 +145,15 @@ ROWS = [
      ("bf16", 32, 32, 16)),
     ("prefill_512_bf16", "pdserve-ttft-bench dot", "prefill 512 tokens, BF16, pdserve dot", 2.5, None),
     ("prefill_4096_bf16", "pdserve-ttft-bench dot", "prefill 4096 tokens, BF16, pdserve dot", 2.5, None),
-    # pdserve --f32-packed-weights (fp32 weights packed at load for oneDNN's GEMM; opt-in: the layers'
-    # weights held twice).
+    # pdserve --f32-packed-weights (layer weights packed at load as fp32 for oneDNN's GEMM; opt-in: fp32
+    # weights held twice, bf16 ones held three times their size; bf16 on the exact widen path).
     ("prefill_512_f32", "pdserve-ttft-bench packed", "prefill 512 tokens, F32, pdserve packed weights", 2.5, None),
     ("prefill_4096_f32", "pdserve-ttft-bench packed", "prefill 4096 tokens, F32, pdserve packed weights", 2.5,
      None),
+    ("prefill_512_bf16", "pdserve-ttft-bench packed", "prefill 512 tokens, BF16 exact, pdserve packed weights",
+     2.5, None),
+    ("prefill_4096_bf16", "pdserve-ttft-bench packed", "prefill 4096 tokens, BF16 exact, pdserve packed weights",
+     2.5, None),
 ]
 DEPTH_ROWS = {"decode_d4096_bf16", "decode_d32768_bf16"}
 FLOOR_FACTOR = 1.3  # depth rows: pdserve within 1.3x of the floor

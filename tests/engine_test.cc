@@ -433,6 +433,43 @@ TEST(EnginePackedTest, PackedWeightsGiveTheSameLogits) {
   EXPECT_TRUE(at::equal(a->argmax(-1), b->argmax(-1)));
 }
 
+// With bf16 weights on the widening path the packs hold them widened: the
+// logits are bit for bit those of widening per call (the same packed values
+// and kernel), and only that path packs.
+TEST(EnginePackedTest, PackedBf16WeightsGiveTheSameBits) {
+  if (!DnnlGemmBuilt()) GTEST_SKIP() << "built without oneDNN (libdnnl-dev): nothing packs";
+  struct Restore {
+    ~Restore() {
+      SetPackF32Weights(false);
+      (void)SetBf16Matmul(DefaultBf16Matmul());
+    }
+  } restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
+  ModelWeights weights = RandomWeights(testing::TinyConfig(), 43);
+  ConvertWeights(&weights, WeightsDtype::kBF16);
+  ModelWeights copy = weights;
+  for (NamedTensor& nt : NamedTensors(&copy)) *nt.tensor = nt.tensor->clone();
+  const std::unique_ptr<Engine> plain = Engine::FromWeights(copy);
+  SetPackF32Weights(true);
+  EXPECT_TRUE(PacksLayerWeights(WeightsDtype::kBF16));
+  EXPECT_FALSE(PacksLayerWeights(WeightsDtype::kInt8));
+  const std::unique_ptr<Engine> packed = Engine::FromWeights(weights);
+  const std::vector<int64_t> prompt = Prompt(70);
+  auto a = plain->ForwardNoCache(prompt);
+  auto b = packed->ForwardNoCache(prompt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
+  const ModelConfig& c = packed->model().config();
+  ASSERT_NE(packed->model().packed_f32(), nullptr);
+  EXPECT_EQ(packed->model().packed_f32()->count(), c.n_layers * (2 + 2 * c.n_experts + 2 * c.n_shared_experts));
+  EXPECT_EQ(plain->model().packed_f32(), nullptr);
+  if (GemvBf16DotAvailable()) {  // the dot path reads bf16 as it is: nothing to pack
+    ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
+    EXPECT_FALSE(PacksLayerWeights(WeightsDtype::kBF16));
+    EXPECT_EQ(Engine::FromWeights(copy)->model().packed_f32(), nullptr);
+  }
+}
+
 // bf16 weights act as their exact fp32 values on every Linear path: the
 // GEMV kernels (<= 32 rows), and for more rows the default path (the AMX
 // split GEMM where the CPU has it: fp32 accuracy, another summation order)

@@ -132,6 +132,30 @@ TEST_F(GemmDnnlTest, PackedWeightsAreReadWhileInScope) {
   EXPECT_LT(RelError(LinearF32Dnnl(x, w), Reference(x, w)), 1e-5);
 }
 
+// A bf16 weight's pack holds its widened values: in scope the widening
+// GEMM reads it (W changed after packing gives the old values) with the
+// same bits as widening per call.
+TEST_F(GemmDnnlTest, PackedBf16WeightsAreReadWhileInScope) {
+  at::manual_seed(9);
+  const at::Tensor x = at::randn({45, 100});
+  at::Tensor w = at::randn({200, 100}).to(at::kBFloat16);
+  const at::Tensor before = LinearBf16WidenedDnnl(x, w);
+  ASSERT_TRUE(before.defined());
+  PackedF32Weights packs;
+  ASSERT_TRUE(packs.Add(w));
+  EXPECT_EQ(packs.bytes(), PackedF32Bytes(200, 100));
+  w.mul_(-1);
+  {
+    const ScopedPackedF32 scope(&packs);
+    EXPECT_TRUE(at::equal(LinearBf16WidenedDnnl(x, w), before));
+    // An fp32 weight is not served by a bf16 weight's pack.
+    const at::Tensor wf = w.to(at::kFloat);
+    EXPECT_LT(RelError(LinearF32Dnnl(x, wf), Reference(x, wf)), 1e-5);
+  }
+  EXPECT_TRUE(at::equal(LinearBf16WidenedDnnl(x, w), LinearF32Dnnl(x, w.to(at::kFloat))));
+  EXPECT_FALSE(at::equal(LinearBf16WidenedDnnl(x, w), before));
+}
+
 TEST_F(GemmDnnlTest, PacksWeightViewsAndRefusesOthers) {
   at::manual_seed(8);
   const at::Tensor fused = at::randn({128, 300});
@@ -143,7 +167,7 @@ TEST_F(GemmDnnlTest, PacksWeightViewsAndRefusesOthers) {
   fused.zero_();
   const ScopedPackedF32 scope(&packs);
   EXPECT_LT(RelError(LinearF32Dnnl(x, w), want), 1e-5);
-  EXPECT_FALSE(packs.Add(at::randn({8, 16}).to(at::kBFloat16)));
+  EXPECT_FALSE(packs.Add(at::ones({8, 16}, at::kChar)));
   EXPECT_FALSE(packs.Add(at::randn({16, 8}).t()));
   EXPECT_FALSE(packs.Add(at::randn({0, 16})));
   EXPECT_EQ(packs.count(), 1);

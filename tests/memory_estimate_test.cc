@@ -66,7 +66,7 @@ TEST(MemoryEstimateTest, WeightBytesMatchTheLoadedModel) {
 // shapes its kernel does not take (here the tied head: a vocabulary of 40
 // rows, not a multiple of 16), widen all of them (the largest is then an
 // expert slice).
-// --f32-packed-weights: one more copy of every layer's fp32 matmul weight
+// --f32-packed-weights: one more fp32 copy of every layer's matmul weight
 // (not the embedding, head or router), at least what PackedF32Weights holds.
 TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
   const ModelConfig c = Tiny();
@@ -74,8 +74,9 @@ TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
   const MemoryEstimate on = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden, true);
   EXPECT_EQ(off.packed_f32_bytes, 0);
   EXPECT_EQ(on.total(), off.total() + on.packed_f32_bytes);
+  // bf16 weights packed (widened) take the same fp32 bytes.
   EXPECT_EQ(EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden, true).packed_f32_bytes,
-            0);
+            on.packed_f32_bytes);
   ModelWeights w = RandomWeights(c, 1);
   int64_t layer_matmul_bytes = 0;
   PackedF32Weights packs;

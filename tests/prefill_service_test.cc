@@ -343,7 +343,9 @@ TEST_F(PrefillBatchTest, QueuedPromptsShareAForwardAndKeepTheirOwnTokens) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string id = "b" + std::to_string(i);
     sinks.push_back(std::make_shared<RecordingSink>());
-    if (i != 3) ASSERT_TRUE(Admit(id, static_cast<int64_t>(prompts[i].size()), sinks.back()).ok());
+    if (i != 3) {
+      ASSERT_TRUE(Admit(id, static_cast<int64_t>(prompts[i].size()), sinks.back()).ok());
+    }
     calls.push_back(StartPrefill(id, absl::Seconds(30), prompts[i]));
     ASSERT_TRUE(QueuedBecomes(static_cast<int64_t>(i) + 1));
   }

@@ -42,7 +42,7 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   const MemoryEstimate estimate =
       EstimateMemory(*config, options.weights_dtype, options.kv.dtype, options.kv_budget_bytes,
                      options.prefill_chunk, GetBf16Matmul(),
-                     PackF32Weights() && options.weights_dtype == WeightsDtype::kF32);
+                     PacksLayerWeights(options.weights_dtype));
   ASSIGN_OR_RETURN(const MemoryLimit limit, ContainerMemoryLimit());
   log::Info(DescribeMemory(estimate, limit), {}, log::TextPrefix::Named("pdserve"));
   return CheckMemoryFits(estimate, limit);

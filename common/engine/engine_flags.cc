@@ -32,10 +32,12 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
           "without AMX-BF16, dot on CPUs without AVX512-BF16.");
 
 ABSL_FLAG(bool, f32_packed_weights, false,
-          "With --weights-dtype f32: also keep each layer's matmul weights in oneDNN's blocked layout, packed at "
-          "load, for the prefill GEMMs (more than 32 rows): about 10% faster prefill at 512 tokens on AVX-512, for "
-          "as much memory again as those weights (counted in the memory estimate). Decode reads the weights as "
-          "before. No effect with bf16 or int8 weights.");
+          "Also keep each layer's matmul weights as fp32 in oneDNN's blocked layout, packed at load, for the "
+          "prefill GEMMs (more than 32 rows). With --weights-dtype f32: about 10% faster prefill at 512 tokens on "
+          "AVX-512, for as much memory again as those weights. With bf16 weights on the widen path "
+          "(--bf16-matmul widen): no widening per GEMM, the same bits, for twice the memory of those weights. "
+          "Counted in the memory estimate. Decode reads the weights as before. No effect with int8 weights or "
+          "the other bf16 paths.");
 
 namespace pdserve {
 

@@ -83,6 +83,12 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
   int64_t largest_buffered = 0, unbuffered = 0;
   for (const NamedTensor& nt : NamedTensors(&shapes)) {
     const int64_t n = Numel(nt.shape);
+    if (packed_f32 && nt.is_matmul_weight && nt.name.rfind("blocks.", 0) == 0) {
+      // [N, K] per expert slice, in the packed layout.
+      const int64_t K = nt.shape.back(), N = nt.shape[nt.shape.size() - 2];
+      const int64_t slices = nt.shape.size() == 3 ? nt.shape[0] : 1;
+      e.packed_f32_bytes += slices * PackedF32Bytes(N, K);
+    }
     if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
       e.weights_bf16_bytes += 2 * n;
       // Experts are multiplied one [F, D] slice at a time.
@@ -94,12 +100,6 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       else unbuffered = std::max(unbuffered, 4 * slice);
     } else {
       e.weights_f32_bytes += 4 * n;
-      if (packed_f32 && nt.is_matmul_weight && nt.name.rfind("blocks.", 0) == 0) {
-        // [N, K] per expert slice, in the packed layout.
-        const int64_t K = nt.shape.back(), N = nt.shape[nt.shape.size() - 2];
-        const int64_t slices = nt.shape.size() == 3 ? nt.shape[0] : 1;
-        e.packed_f32_bytes += slices * PackedF32Bytes(N, K);
-      }
     }
   }
   // One buffer per calling thread (a prefill and a decode worker).

@@ -52,7 +52,9 @@ struct MemoryEstimate {
 // `kv_dtype` bf16, its K/V widened to fp32.
 // `bf16_matmul` is the prefill path of bf16 weights (GetBf16Matmul()): only
 // widen, and split for shapes its AMX kernel does not take, copy weights.
-// `packed_f32` (PackF32Weights()) counts the packs of fp32 layer weights.
+// `packed_f32` (PacksLayerWeights(weights_dtype)) counts the fp32 packs of
+// the layers' matmul weights (fp32, or bf16 widened); the widening buffer is
+// still counted, for shapes a pack does not serve.
 MemoryEstimate EstimateMemory(const ModelConfig& config, WeightsDtype weights_dtype, KvDtype kv_dtype,
                               int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul,
                               bool packed_f32 = false);

@@ -98,6 +98,7 @@ int64_t PackedF32Bytes(int64_t N, int64_t K) {
 
 struct PackedF32Weights::Impl {
   struct Pack {
+    at::ScalarType type;  // of the weight packed: fp32, or bf16 (widened)
     int64_t N, K, ldw;
     dnnl::memory::desc desc;
     at::Tensor storage;  // desc.get_size() bytes
@@ -109,7 +110,8 @@ struct PackedF32Weights::Impl {
     const auto it = packs.find(w.data_ptr());
     if (it == packs.end()) return nullptr;
     const Pack& p = it->second;
-    return p.N == w.size(0) && p.K == w.size(1) && p.ldw == w.stride(0) ? &p : nullptr;
+    const bool same = p.type == w.scalar_type() && p.N == w.size(0) && p.K == w.size(1) && p.ldw == w.stride(0);
+    return same ? &p : nullptr;
   }
 };
 
@@ -119,16 +121,20 @@ int64_t PackedF32Weights::bytes() const { return impl_->bytes; }
 int64_t PackedF32Weights::count() const { return static_cast<int64_t>(impl_->packs.size()); }
 
 bool PackedF32Weights::Add(const at::Tensor& w) {
-  if (w.dim() != 2 || w.scalar_type() != at::kFloat || w.stride(1) != 1 || w.numel() == 0) return false;
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  if (w.dim() != 2 || (w.scalar_type() != at::kFloat && !bf16) || w.stride(1) != 1 || w.numel() == 0) return false;
   const int64_t N = w.size(0), K = w.size(1), ldw = w.stride(0);
   try {
-    // LinearF32Dnnl falls back to W if a shape refuses the packed layout.
+    // The Linear*Dnnl functions fall back to W if a shape refuses the packed
+    // layout.
     const dnnl::memory::desc packed = PreferredWeights(K, N);
     const dnnl::memory::desc in_place = InPlaceWeights(K, N, ldw);
     if (packed == in_place || packed.data.format_desc.blocking.inner_nblks == 0) return false;
-    Impl::Pack p{N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
+    Impl::Pack p{w.scalar_type(), N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
     dnnl::stream stream(CpuEngine());
-    dnnl::memory src(in_place, CpuEngine(), const_cast<float*>(w.data_ptr<float>()));
+    // bf16 is widened exactly to fp32 by the same reorder that packs.
+    dnnl::memory src(bf16 ? dnnl::memory::desc(Dims{K, N}, Dt::bf16, Dims{1, ldw}) : in_place, CpuEngine(),
+                     w.data_ptr());
     dnnl::memory dst(packed, CpuEngine(), p.storage.data_ptr());
     dnnl::reorder(src, dst).execute(stream, src, dst);
     stream.wait();
@@ -165,19 +171,23 @@ bool TakesShapes(const at::Tensor& x, const at::Tensor& w, at::ScalarType w_type
          x.size(1) == w.size(1) && w.stride(1) == 1 && x.size(0) > 0 && w.size(0) > 0;
 }
 
+// y from W's pack where one is in scope and this M takes it; else undefined.
+at::Tensor GemmWithScopedPack(const at::Tensor& x, const at::Tensor& w) {
+  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
+  if (pack == nullptr) return {};
+  try {
+    return RunGemm(x, pack->desc, pack->storage.data_ptr());
+  } catch (const dnnl::error&) {
+    return {};  // this M refuses the packed layout: the caller's path without it
+  }
+}
+
 }  // namespace
 
 at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
   if (!TakesShapes(x, w, at::kFloat)) return {};
-  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
+  if (at::Tensor y = GemmWithScopedPack(x, w); y.defined()) return y;
   try {
-    if (pack != nullptr) {
-      try {
-        return RunGemm(x, pack->desc, pack->storage.data_ptr());
-      } catch (const dnnl::error&) {
-        // this M refuses the packed layout: W in place below
-      }
-    }
     return RunGemm(x, InPlaceWeights(x.size(1), w.size(0), w.stride(0)), const_cast<float*>(w.data_ptr<float>()));
   } catch (const dnnl::error&) {
     return {};  // no kernel for this shape on this CPU: the caller's fallback
@@ -186,6 +196,7 @@ at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
 
 at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w) {
   if (!TakesShapes(x, w, at::kBFloat16)) return {};
+  if (at::Tensor y = GemmWithScopedPack(x, w); y.defined()) return y;
   const int64_t K = w.size(1), N = w.size(0);
   try {
     // The preferred layout per shape, and one buffer per thread for W.

@@ -8,9 +8,10 @@
 //                      contiguous): W's packed copy where one is in scope,
 //                      else W read in place (no copy per call); an undefined
 //                      tensor when oneDNN refuses the shape or fails
-//   LinearBf16WidenedDnnl  the same for bf16 W: widened exactly to fp32 and
-//                      packed in one pass (a oneDNN reorder into a buffer
-//                      per thread), then the packed GEMM; undefined likewise
+//   LinearBf16WidenedDnnl  the same for bf16 W: its widened pack where one
+//                      is in scope, else widened exactly to fp32 and packed
+//                      in one pass (a oneDNN reorder into a buffer per
+//                      thread), then the packed GEMM; undefined likewise
 //   F32GemmUsesDnnl    whether LinearF32 calls oneDNN: yes unless
 //                      PDSERVE_F32_GEMM=openblas (read once; for A/B runs)
 //   DnnlGemmMayServe   F32GemmUsesDnnl and no autograd through x or w: the
@@ -22,11 +23,13 @@
 //   DnnlGemmBuilt      whether this build has oneDNN (libdnnl-dev; the GPU
 //                      image's CUDA LibTorch build has not: everything here
 //                      then refuses, and LinearF32 is at::linear)
-//   PackedF32Weights   copies of fp32 weights in the blocked layout oneDNN's
+//   PackedF32Weights   fp32 copies of weights in the blocked layout oneDNN's
 //                      kernels read (BA16a64b with AVX-512), made at load
-//                      (--f32-packed-weights): ~10% faster GEMMs than W
-//                      in place (~20% than OpenBLAS) at 128-512 rows on
-//                      AVX-512, for as many bytes again as the weights
+//                      (--f32-packed-weights): for fp32 W ~10% faster GEMMs
+//                      than W in place (~20% than OpenBLAS) at 128-512 rows
+//                      on AVX-512, for as many bytes again as the weights;
+//                      for bf16 W (widened exactly) no widening per call,
+//                      for twice the bytes of the bf16 weights
 //   ScopedPackedF32    puts one model's packs in scope for the calling
 //                      thread (Transformer::Forward)
 //   SetPackF32Weights / PackF32Weights   the process-wide choice
@@ -67,9 +70,10 @@ class PackedF32Weights {
   PackedF32Weights(const PackedF32Weights&) = delete;
   PackedF32Weights& operator=(const PackedF32Weights&) = delete;
 
-  // Packs fp32 w ([N, K], rows contiguous; w must outlive this object and
-  // keep its address). False, and nothing kept, where oneDNN prefers W's
-  // own layout or refuses it (e.g. a CPU without AVX2).
+  // Packs fp32 or bf16 w ([N, K], rows contiguous; w must outlive this
+  // object and keep its address) as fp32. False, and nothing kept, for
+  // other dtypes and where oneDNN prefers W's own layout or refuses it
+  // (e.g. a CPU without AVX2).
   bool Add(const at::Tensor& w);
   int64_t bytes() const;  // of every pack held
   int64_t count() const;

@@ -134,8 +134,18 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   }
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
-  if (PackF32Weights()) PackLayerWeights();
+  if (!w_.layers.empty()) {
+    const at::ScalarType t = w_.layers[0].o_proj.scalar_type();
+    const WeightsDtype dtype =
+        t == at::kFloat ? WeightsDtype::kF32 : t == at::kBFloat16 ? WeightsDtype::kBF16 : WeightsDtype::kInt8;
+    if (PacksLayerWeights(dtype)) PackLayerWeights();
+  }
   ReleaseFreedHeap();
+}
+
+bool PacksLayerWeights(WeightsDtype dtype) {
+  if (!PackF32Weights()) return false;
+  return dtype == WeightsDtype::kF32 || (dtype == WeightsDtype::kBF16 && GetBf16Matmul() == Bf16Matmul::kWiden);
 }
 
 void Transformer::PackLayerWeights() {
@@ -143,8 +153,9 @@ void Transformer::PackLayerWeights() {
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& L = w_.layers[l];
     const Fused& f = fused_[l];
-    // Only fp32 weights pack (Add refuses the others); the weights prefill's
-    // GEMMs read: q|kv, o, every expert's gate|up and down, the shared ones.
+    // Only fp32 and bf16 weights pack (Add refuses int8); the weights
+    // prefill's GEMMs read: q|kv, o, every expert's gate|up and down, the
+    // shared ones.
     packs->Add(f.qkv);
     packs->Add(L.o_proj);
     for (int64_t e = 0; e < f.gate_up.size(0); ++e) {

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "common/model/checkpoint.h"
 #include "common/model/rope.h"
 #include "common/model/weights.h"
 
@@ -38,12 +39,18 @@ struct ForwardOptions {
   std::function<absl::Status(int64_t layer)> after_layer;
 };
 
+// Whether a Transformer packs its layer weights of this dtype for the
+// prefill GEMMs (gemm_dnnl.h): with PackF32Weights(), fp32 weights, and
+// bf16 ones on the widening path (--bf16-matmul widen; the other bf16 paths
+// read bf16 as it is). Never int8.
+bool PacksLayerWeights(WeightsDtype dtype);
+
 class Transformer {
  public:
   // For inference (weights without requires_grad) it fuses q|kv and gate|up
   // and puts the weights decode streams on 2 MiB pages (huge_page_arena.h);
-  // with PackF32Weights() and fp32 weights it also packs each layer's
-  // matmul weights for the prefill GEMMs (gemm_dnnl.h).
+  // where PacksLayerWeights() it also packs each layer's matmul weights
+  // for the prefill GEMMs.
   explicit Transformer(ModelWeights weights);
 
   const ModelConfig& config() const { return w_.config; }
