@@ -297,12 +297,20 @@ TEST_F(ReliabilityE2eTest, HandoffRejectedAtItsEndIsCountedOnce) {
 // healthy decode worker".
 TEST_F(ReliabilityE2eTest, AllDecodeWorkersFullWaitsAndNamesTheKvBudget) {
   const ModelConfig c = E2eConfig();
+  // What an earlier test left on the decode workers (a cancelled stream's
+  // reservation, released asynchronously) would be counted as used when the
+  // fill is sized, and freed under it later: room the request could take.
+  ASSERT_TRUE(WaitUntil(AllFree, std::chrono::seconds(30)));
   std::vector<std::unique_ptr<Reservation>> fill;
   for (const char* d : {"D1", "D2"}) {
     const int64_t free = DecodeLoad(Addr(d)).kv_bytes_free();
     int64_t t = 8;
     while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
     fill.push_back(std::make_unique<Reservation>(Addr(d), absl::StrCat("fill-", d), t - 5));
+  }
+  // Full for the request below (a 200-token prompt and 100 new tokens).
+  for (const char* d : {"D1", "D2"}) {
+    ASSERT_LT(DecodeLoad(Addr(d)).kv_bytes_free(), MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, 300)) << d;
   }
   // The deadline must outlast the 200-token prefill and a placement on each
   // decode worker, so that both have said "full" before it passes: 2 s was
