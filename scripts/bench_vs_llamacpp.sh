@@ -270,6 +270,7 @@ run_int8_rows() {
 
 run_round() {
   local group
+  BW_GBS=0  # the round's first pdserve-decode-bench measures it again: each round has its own floor
   for group in $ROWS; do
     log "round $1: $group rows"
     "run_${group}_rows" "$1"
