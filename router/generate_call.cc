@@ -71,12 +71,7 @@ void RouterService::GenerateCall::WaitTurn() {
 
 void RouterService::GenerateCall::OnTurn(absl::Status turn) {
   if (!turn.ok()) {
-    grpc::Status why = absl::IsCancelled(turn) ? GoneStatus() : ToGrpcStatus(turn);
-    if (why.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !last_full_.ok()) {
-      why = grpc::Status(why.error_code(), absl::StrCat(why.error_message(), "; every worker was full, last: ",
-                                                        last_full_.error_message()));
-    }
-    End(why);
+    End(absl::IsCancelled(turn) ? GoneStatus() : ToGrpcStatus(turn));
     return;
   }
   // A fresh round of placements: any worker may be tried again.
@@ -140,7 +135,15 @@ void RouterService::GenerateCall::EndPlacement(grpc::Status status, bool full) {
   WaitTurn();
 }
 
-void RouterService::GenerateCall::End(const grpc::Status& status) {
+void RouterService::GenerateCall::End(const grpc::Status& ended) {
+  // A deadline that passed before any token, after a round that found every
+  // worker full, names the capacity it waited for, whether it passed in the
+  // queue or during a later placement attempt.
+  const grpc::Status status =
+      ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && streamed_ == 0 && !last_full_.ok()
+          ? grpc::Status(ended.error_code(), absl::StrCat(ended.error_message(), "; every worker was full, last: ",
+                                                          last_full_.error_message()))
+          : ended;
   service_->queue_.Leave(ticket_);
   Close(status);  // a relayed finish already closed with OK; only the first counts
   if (service_->options_.log_requests) LogRequest(status);

@@ -98,7 +98,10 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // The placement loop is over: finish, or wait again when every worker
   // was full (`full`).
   void EndPlacement(grpc::Status status, bool full);
-  void End(const grpc::Status& status);
+  // Leaves the queue, closes the stream, logs and counts the request. A
+  // DEADLINE_EXCEEDED before any token, after a round that found every
+  // worker full, says so (the last worker's "full" message).
+  void End(const grpc::Status& ended);
   void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
   // Observes the gaps before `tokens` tokens streamed at `now_ns` in the
   // inter-token-latency histogram.

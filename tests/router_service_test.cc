@@ -293,7 +293,7 @@ class RouterServiceTest : public ::testing::Test {
     config.max_context = 4096;
     auto tok = CharTokenizer::Create(256);
     ASSERT_TRUE(tok.ok()) << tok.status();
-    options.log_requests = false;
+    options.log_requests = log_requests_;
     router_ = std::make_unique<RouterService>(config, std::move(*tok), prefill_pool_.get(), decode_pool_.get(),
                                               options);
     grpc::ServerBuilder b;
@@ -396,6 +396,7 @@ class RouterServiceTest : public ::testing::Test {
   }
 
   MetricsRegistry metrics_;  // before router_: outlives it
+  bool log_requests_ = false;  // the access log on stderr (StartStack)
   Board board_;
   std::vector<std::unique_ptr<FakeWorker>> prefill_, decode_;
   std::vector<std::string> prefill_addresses_, decode_addresses_;
@@ -609,6 +610,30 @@ TEST_F(RouterServiceTest, EveryWorkerFullUntilTheDeadline) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
   EXPECT_GE(decode_[0]->script.calls(), 2);  // tried again while waiting
   EXPECT_EQ(prefill_[0]->script.calls(), 0);
+}
+
+// The deadline passes while a later round's attempt is under way (here
+// the worker never answers), not in the queue: the request line still
+// names the capacity it waited for.
+TEST_F(RouterServiceTest, DeadlineDuringARetryAfterEveryWorkerWasFullNamesTheCapacity) {
+  RouterOptions o;
+  o.metrics = &metrics_;
+  log_requests_ = true;
+  StartStack(1, 2, o);
+  decode_[0]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  decode_[1]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  decode_[0]->script.SetDefault(Hang());
+  decode_[1]->script.SetDefault(Hang());
+  testing::internal::CaptureStderr();
+  Result r = Generate([](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(800));
+  });
+  const bool logged = MetricsShowLine("pdserve_router_requests_total{code=\"DEADLINE_EXCEEDED\"} 1");
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
+  ASSERT_TRUE(logged) << metrics_.Render();
+  EXPECT_EQ(decode_[0]->script.calls() + decode_[1]->script.calls(), 3) << "two full, then one that hangs";
+  EXPECT_NE(log.find("every worker was full, last: "), std::string::npos) << log;
 }
 
 // A full queue refuses at once (RESOURCE_EXHAUSTED); the request that did
