@@ -134,12 +134,7 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   }
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
-  if (!w_.layers.empty()) {
-    const at::ScalarType t = w_.layers[0].o_proj.scalar_type();
-    const WeightsDtype dtype =
-        t == at::kFloat ? WeightsDtype::kF32 : t == at::kBFloat16 ? WeightsDtype::kBF16 : WeightsDtype::kInt8;
-    if (PacksLayerWeights(dtype)) PackLayerWeights();
-  }
+  if (PackF32Weights()) PackLayerWeights();
   ReleaseFreedHeap();
 }
 
@@ -150,21 +145,28 @@ bool PacksLayerWeights(WeightsDtype dtype) {
 
 void Transformer::PackLayerWeights() {
   auto packs = std::make_shared<PackedF32Weights>();
+  // Each weight by its own dtype: an int8 model's few fp32 leftovers (rows
+  // too short for Q8 blocks) pack as fp32 weights do.
+  const auto add = [&](const at::Tensor& w) {
+    const at::ScalarType t = w.scalar_type();
+    const WeightsDtype dtype =
+        t == at::kFloat ? WeightsDtype::kF32 : t == at::kBFloat16 ? WeightsDtype::kBF16 : WeightsDtype::kInt8;
+    if (PacksLayerWeights(dtype)) packs->Add(w);
+  };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const LayerWeights& L = w_.layers[l];
     const Fused& f = fused_[l];
-    // Only fp32 and bf16 weights pack (Add refuses int8); the weights
-    // prefill's GEMMs read: q|kv, o, every expert's gate|up and down, the
-    // shared ones.
-    packs->Add(f.qkv);
-    packs->Add(L.o_proj);
+    // The weights prefill's GEMMs read: q|kv, o, every expert's gate|up and
+    // down, the shared ones.
+    add(f.qkv);
+    add(L.o_proj);
     for (int64_t e = 0; e < f.gate_up.size(0); ++e) {
-      packs->Add(f.gate_up.select(0, e));
-      packs->Add(L.down_proj.select(0, e));
+      add(f.gate_up.select(0, e));
+      add(L.down_proj.select(0, e));
     }
     for (size_t j = 0; j < f.shared.size(); ++j) {
-      packs->Add(f.shared[j]);
-      packs->Add(L.shared_down[j]);
+      add(f.shared[j]);
+      add(L.shared_down[j]);
     }
   }
   if (packs->count() > 0) packed_ = std::move(packs);

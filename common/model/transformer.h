@@ -49,8 +49,8 @@ class Transformer {
  public:
   // For inference (weights without requires_grad) it fuses q|kv and gate|up
   // and puts the weights decode streams on 2 MiB pages (huge_page_arena.h);
-  // where PacksLayerWeights() it also packs each layer's matmul weights
-  // for the prefill GEMMs.
+  // with PackF32Weights() it also packs, for the prefill GEMMs, each layer
+  // matmul weight whose dtype PacksLayerWeights().
   explicit Transformer(ModelWeights weights);
 
   const ModelConfig& config() const { return w_.config; }
