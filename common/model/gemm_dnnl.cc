@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -73,15 +75,30 @@ const Gemm& GemmFor(int64_t M, const dnnl::memory::desc& w) {
 }
 
 // The blocked layout oneDNN's kernel wants for an fp32 W^T [K, N] (the same
-// for every M on the CPUs measured), or W's own layout where it wants that.
-// Throws dnnl::error where oneDNN has no kernel.
-dnnl::memory::desc PreferredWeights(int64_t K, int64_t N) {
-  const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
-  const dnnl::matmul::primitive_desc pd(
-      dnnl::matmul::desc(dnnl::memory::desc(Dims{64, K}, Dt::f32, Tag::ab), any,
-                         dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
-      CpuEngine());
-  return pd.weights_desc();
+// for every M on the CPUs measured), or W's own layout where it wants that;
+// null where oneDNN has no kernel. Asked once per shape (a primitive
+// descriptor each time): the memory estimate, the packs at load and the
+// widening GEMM share the answers, for the process's life (a model has a
+// handful of shapes).
+const dnnl::memory::desc* PreferredWeights(int64_t K, int64_t N) {
+  static std::mutex mu;
+  static auto* layouts = new std::map<std::pair<int64_t, int64_t>, std::optional<dnnl::memory::desc>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = layouts->find({K, N});
+  if (it == layouts->end()) {
+    std::optional<dnnl::memory::desc> desc;
+    try {
+      const dnnl::memory::desc any(Dims{K, N}, Dt::f32, Tag::any);
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(dnnl::memory::desc(Dims{64, K}, Dt::f32, Tag::ab), any,
+                             dnnl::memory::desc(Dims{64, N}, Dt::f32, Tag::ab)),
+          CpuEngine());
+      desc = pd.weights_desc();
+    } catch (const dnnl::error&) {
+    }
+    it = layouts->emplace(std::make_pair(K, N), std::move(desc)).first;
+  }
+  return it->second.has_value() ? &*it->second : nullptr;  // map nodes stay put
 }
 
 }  // namespace
@@ -89,11 +106,8 @@ dnnl::memory::desc PreferredWeights(int64_t K, int64_t N) {
 int64_t PackedF32Bytes(int64_t N, int64_t K) {
   const int64_t plain = 4 * N * K;
   if (N <= 0 || K <= 0) return 0;
-  try {
-    return std::max<int64_t>(plain, static_cast<int64_t>(PreferredWeights(K, N).get_size()));
-  } catch (const dnnl::error&) {
-    return plain;
-  }
+  const dnnl::memory::desc* packed = PreferredWeights(K, N);
+  return packed == nullptr ? plain : std::max<int64_t>(plain, static_cast<int64_t>(packed->get_size()));
 }
 
 struct PackedF32Weights::Impl {
@@ -127,7 +141,9 @@ bool PackedF32Weights::Add(const at::Tensor& w) {
   try {
     // The Linear*Dnnl functions fall back to W if a shape refuses the packed
     // layout.
-    const dnnl::memory::desc packed = PreferredWeights(K, N);
+    const dnnl::memory::desc* preferred = PreferredWeights(K, N);
+    if (preferred == nullptr) return false;
+    const dnnl::memory::desc& packed = *preferred;
     const dnnl::memory::desc in_place = InPlaceWeights(K, N, ldw);
     if (packed == in_place || packed.data.format_desc.blocking.inner_nblks == 0) return false;
     Impl::Pack p{w.scalar_type(), N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
@@ -199,12 +215,11 @@ at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w) {
   if (at::Tensor y = GemmWithScopedPack(x, w); y.defined()) return y;
   const int64_t K = w.size(1), N = w.size(0);
   try {
-    // The preferred layout per shape, and one buffer per thread for W.
-    thread_local std::map<std::pair<int64_t, int64_t>, dnnl::memory::desc> layouts;
+    // The preferred layout, and one buffer per thread for W.
+    const dnnl::memory::desc* preferred = PreferredWeights(K, N);
+    if (preferred == nullptr) return {};
+    const dnnl::memory::desc& packed = *preferred;
     thread_local at::Tensor buffer;
-    auto it = layouts.find({K, N});
-    if (it == layouts.end()) it = layouts.emplace(std::make_pair(K, N), PreferredWeights(K, N)).first;
-    const dnnl::memory::desc& packed = it->second;
     const int64_t bytes = static_cast<int64_t>(packed.get_size());
     if (!buffer.defined() || buffer.numel() < bytes) buffer = at::empty({bytes}, at::kByte);
     // Widened (exactly) and packed in one pass: a reorder from bf16 W^T in place.
