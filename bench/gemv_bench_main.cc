@@ -5,6 +5,14 @@
 //
 //   pdserve-gemv-bench [ROUNDS=3] [ROWS=1,4]
 //
+// ROWS past kGemvMaxRows (up to kGemvMaxBatchRows, e.g. 16: a 16-sequence
+// step) run as the engine runs them (gemv_tiles.h's ForEachGemvTile, one
+// thread): a tile of ~64 KiB of weight rows passes through every group of
+// 4 rows of x while it sits in L2, so DRAM sees each weight once per call.
+//
+// bf16dot: x rounded to bf16 per call, then vdpbf16ps (gemv_bf16dot.h, the
+// --bf16-matmul dot path), where the CPU has AVX512-BF16.
+//
 // int8 (Q8_0, gemv_q8.h): i8fma (GemvQ8Fma, one build) and i8dot (x
 // quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
 // AVX-512 VNNI build where the CPU has it). Prints per (shape, dtype, rows,
@@ -19,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_q8.h"
 
@@ -36,6 +45,18 @@ struct Shape {
   int64_t N, K;
 };
 
+// kernel(m, rows, n0, n1) over M rows of x and N weight rows: one call up
+// to kGemvMaxRows rows; past that, ForEachGemvTile's schedule on one thread
+// (tiles of GemvTileRows(row_bytes) weight rows, each through every group).
+template <typename Kernel>
+void Schedule(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel) {
+  if (M <= kGemvMaxRows) return kernel(0, M, 0, N);
+  const int64_t tile = std::max<int64_t>(8, (int64_t{64} << 10) / row_bytes / 4 * 4);  // GemvTileRows
+  for (int64_t t0 = 0; t0 < N; t0 += tile) {
+    for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, std::min(N, t0 + tile));
+  }
+}
+
 struct Sample {
   double ms = 0, cpu_ms = 0, gbs = 0;
 };
@@ -52,30 +73,43 @@ Sample TimeQ8(const Shape& s, int64_t M, bool dot, GemvIsa isa, const std::vecto
   const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
   for (int64_t c = 0; c < calls; ++c) {
     const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
-    if (dot) {
-      QuantizeRowsQ8(x.data(), M, s.K, xq.data(), xs.data());
-      GemvQ8Dot(xq.data(), xs.data(), M, s.K, w, 0, s.N, y.data(), s.N, isa);
-    } else {
-      GemvQ8Fma(x.data(), M, s.K, w, 0, s.N, y.data(), s.N);
-    }
+    if (dot) QuantizeRowsQ8(x.data(), M, s.K, xq.data(), xs.data());
+    Schedule(M, s.N, Q8RowBytes(s.K), [&](int64_t m, int64_t rows, int64_t n0, int64_t n1) {
+      if (dot) {
+        GemvQ8Dot(xq.data() + m * s.K, xs.data() + m * s.K / kQ8Block, rows, s.K, w, n0, n1, y.data() + m * s.N,
+                  s.N, isa);
+      } else {
+        GemvQ8Fma(x.data() + m * s.K, rows, s.K, w, n0, n1, y.data() + m * s.N, s.N);
+      }
+    });
   }
   const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
   return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
 }
 
-Sample Time(const Shape& s, bool bf16, int64_t M, GemvIsa isa, const std::vector<char>& pool,
+// Times `calls` calls over distinct copies of one [N, K] fp32 or bf16
+// weight; bf16 `dot`: x rounded to bf16 once per call, then the dot kernel.
+Sample Time(const Shape& s, bool bf16, bool dot, int64_t M, GemvIsa isa, const std::vector<char>& pool,
             const std::vector<float>& x, std::vector<float>& y) {
-  const int64_t bytes = s.N * s.K * (bf16 ? 2 : 4);
+  const int64_t row_bytes = s.K * (bf16 ? 2 : 4), bytes = s.N * row_bytes;
+  std::vector<uint16_t> xb(dot ? M * Bf16DotStride(s.K) : 0);
   const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
   const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
   const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
   for (int64_t c = 0; c < calls; ++c) {
     const char* w = pool.data() + (c % copies) * bytes;
-    if (bf16) {
-      GemvBf16(x.data(), M, s.K, reinterpret_cast<const uint16_t*>(w), 0, s.N, y.data(), s.N, isa);
-    } else {
-      GemvF32(x.data(), M, s.K, reinterpret_cast<const float*>(w), 0, s.N, y.data(), s.N, isa);
-    }
+    const auto* wb = reinterpret_cast<const uint16_t*>(w);
+    if (dot) RoundRowsToBf16(x.data(), M, s.K, xb.data());
+    Schedule(M, s.N, row_bytes, [&](int64_t m, int64_t rows, int64_t n0, int64_t n1) {
+      float* ym = y.data() + m * s.N;
+      if (dot) {
+        GemvBf16DotRounded(xb.data() + m * Bf16DotStride(s.K), rows, s.K, wb, n0, n1, ym, s.N);
+      } else if (bf16) {
+        GemvBf16(x.data() + m * s.K, rows, s.K, wb, n0, n1, ym, s.N, isa);
+      } else {
+        GemvF32(x.data() + m * s.K, rows, s.K, reinterpret_cast<const float*>(w), n0, n1, ym, s.N, isa);
+      }
+    });
   }
   const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
   return {wall * 1e3 / calls, cpu * 1e3 / calls, bytes * calls / wall / 1e9};
@@ -85,14 +119,15 @@ void Print(const Shape& s, const char* dtype, int64_t M, const char* isa, const 
   auto by = [](auto f) { return [f](const Sample& a, const Sample& b) { return f(a) < f(b); }; };
   const auto ms = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.ms; }));
   const auto cpu = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.cpu_ms; }));
-  std::printf("%-20s %-5s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
+  std::printf("%-20s %-7s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
               ms.first->ms, ms.second->ms, ms.first->gbs, ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
 }
 
 constexpr char kUsage[] =
     "pdserve-gemv-bench: the decode matrix-vector kernels alone, one thread, per ISA build, at the 502M\n"
     "model's shapes; each call reads a different copy of the weights (512 MiB pool), so they come from DRAM.\n"
-    "Usage: pdserve-gemv-bench [ROUNDS (3, >= 1)] [ROWS (1,4: comma-separated rows of x, each 1..%d)]\n";
+    "Usage: pdserve-gemv-bench [ROUNDS (3, >= 1)] [ROWS (1,4: comma-separated rows of x, each 1..%d; past %d\n"
+    "       they run as a decode step's tiles do)]\n";
 
 // ROUNDS and ROWS from the command line; false (after the usage on
 // stderr) when either is malformed.
@@ -102,7 +137,7 @@ bool ParseArgs(int argc, char** argv, int* rounds, std::vector<int64_t>* row_cou
   if (argc > 1 && (*end != '\0' || *rounds < 1)) return false;
   for (const char* p = argc > 2 ? argv[2] : "1,4"; *p != '\0';) {
     const int64_t m = std::strtoll(p, &end, 10);
-    if (end == p || m < 1 || m > kGemvMaxRows) return false;
+    if (end == p || m < 1 || m > kGemvMaxBatchRows) return false;
     row_counts->push_back(m);
     p = end;
     if (*p == ',') ++p;
@@ -112,13 +147,13 @@ bool ParseArgs(int argc, char** argv, int* rounds, std::vector<int64_t>* row_cou
 
 int Main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::printf(kUsage, static_cast<int>(kGemvMaxRows));
+    std::printf(kUsage, static_cast<int>(kGemvMaxBatchRows), static_cast<int>(kGemvMaxRows));
     return 0;
   }
   int rounds = 0;
   std::vector<int64_t> row_counts;
   if (!ParseArgs(argc, argv, &rounds, &row_counts)) {
-    std::fprintf(stderr, kUsage, static_cast<int>(kGemvMaxRows));
+    std::fprintf(stderr, kUsage, static_cast<int>(kGemvMaxBatchRows), static_cast<int>(kGemvMaxRows));
     return 2;
   }
   const Shape shapes[] = {{"qkv [1536,768]", 1536, 768},
@@ -127,23 +162,26 @@ int Main(int argc, char** argv) {
                           {"head [128000,768]", 128000, 768}};
   std::vector<char> pool(size_t{512} << 20);
   for (size_t i = 0; i < pool.size(); i += 2) pool[i] = static_cast<char>(i * 7), pool[i + 1] = 0x3c;
-  std::vector<float> x(kGemvMaxRows * 1536, 0.5f), y(kGemvMaxRows * 128000);
+  std::vector<float> x(kGemvMaxBatchRows * 1536, 0.5f), y(kGemvMaxBatchRows * 128000);
   std::vector<GemvIsa> isas = {GemvIsa::kAvx2}, dot_isas = {GemvIsa::kAvx2};
   if (GemvIsaAvailable(GemvIsa::kAvx512)) isas.push_back(GemvIsa::kAvx512);
   if (GemvQ8VnniAvailable()) dot_isas.push_back(GemvIsa::kAvx512);
-  std::printf("%-20s %-5s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
+  std::printf("%-20s %-7s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (const char* dtype : {"f32", "bf16", "i8fma", "i8dot"}) {
-      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', dot = q8 && dtype[2] == 'd';
-      // i8fma: one build (gemv_q8.h, AVX2), listed once.
-      const std::vector<GemvIsa>& dtype_isas = !q8 ? isas : dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2};
+    for (const char* dtype : {"f32", "bf16", "bf16dot", "i8fma", "i8dot"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
+      const bool dot = q8 ? dtype[2] == 'd' : std::strcmp(dtype, "bf16dot") == 0;
+      if (dot && !q8 && !GemvBf16DotAvailable()) continue;
+      // i8fma: one build (gemv_q8.h, AVX2), listed once; bf16dot: AVX-512 only.
+      const std::vector<GemvIsa>& dtype_isas = q8 ? (dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})
+                                               : (dot ? std::vector<GemvIsa>{GemvIsa::kAvx512} : isas);
       for (int64_t M : row_counts) {
         std::vector<std::vector<Sample>> got(dtype_isas.size());
         for (int r = 0; r < rounds; ++r) {
           for (size_t i = 0; i < dtype_isas.size(); ++i) {
             got[i].push_back(q8 ? TimeQ8(s, M, dot, dtype_isas[i], pool, x, y)
-                                : Time(s, bf16, M, dtype_isas[i], pool, x, y));
+                                : Time(s, bf16, dot, M, dtype_isas[i], pool, x, y));
           }
         }
         for (size_t i = 0; i < dtype_isas.size(); ++i) Print(s, dtype, M, GemvIsaName(dtype_isas[i]), got[i]);
