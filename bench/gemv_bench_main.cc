@@ -48,10 +48,11 @@ struct Shape {
 // kernel(m, rows, n0, n1) over M rows of x and N weight rows: one call up
 // to kGemvMaxRows rows; past that, ForEachGemvTile's schedule on one thread
 // (tiles of GemvTileRows(row_bytes) weight rows, each through every group).
+// GemvAllRows (gemv_matrix.h) runs the same order but needs LibTorch.
 template <typename Kernel>
 void Schedule(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel) {
   if (M <= kGemvMaxRows) return kernel(0, M, 0, N);
-  const int64_t tile = std::max<int64_t>(8, (int64_t{64} << 10) / row_bytes / 4 * 4);  // GemvTileRows
+  const int64_t tile = GemvTileRows(row_bytes);
   for (int64_t t0 = 0; t0 < N; t0 += tile) {
     for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, std::min(N, t0 + tile));
   }

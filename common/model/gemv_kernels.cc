@@ -107,6 +107,10 @@ int64_t GemvPrefetchBytes() {
   return bytes;
 }
 
+int64_t GemvTileRows(int64_t row_bytes) {
+  return std::max<int64_t>(8, (int64_t{64} << 10) / std::max<int64_t>(1, row_bytes) / 4 * 4);
+}
+
 const char* GemvIsaName(GemvIsa isa) { return isa == GemvIsa::kAvx512 ? "avx512" : "avx2"; }
 
 void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y, int64_t ldy,

@@ -43,14 +43,6 @@ inline int64_t GemvChunkRows(int64_t N) {
   return std::max<int64_t>(16, (N + 8 * at::get_num_threads() - 1) / (8 * at::get_num_threads()));
 }
 
-// Weight rows per tile of a matmul with more than kGemvMaxRows rows of x:
-// about 64 KiB of rows of `row_bytes` (they stay in L2 while every row
-// group passes), a multiple of 4 (the kernels take weight rows 4 at a time;
-// a leftover row runs alone, at a fraction of the speed), at least 8.
-inline int64_t GemvTileRows(int64_t row_bytes) {
-  return std::max<int64_t>(8, (int64_t{64} << 10) / std::max<int64_t>(1, row_bytes) / 4 * 4);
-}
-
 // Calls kernel(m, rows, t0, t1) for every group of at most kGemvMaxRows
 // rows of x starting at row m, and output columns [t0, t1), in parallel
 // over the N output columns (ForEachChunk). Up to kGemvMaxRows rows, a
