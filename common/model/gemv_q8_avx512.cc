@@ -116,11 +116,14 @@ void Block(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, float
   }
 }
 
-// 4 weight rows per pass up to 2 rows of x, 2 past (32 zmm registers).
+// One weight row per pass for one row of x (each row read whole and in
+// order: four interleaved rows streamed ~25% slower from DRAM on the Zen 5
+// EPYC, docs/benchmarks.md section 35); 4 rows per pass for 2 rows of x
+// (they share each x load), 2 past that (32 zmm registers). Same bits.
 template <int M>
 void Rows(const int8_t* xq, const float* xs, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,
           int64_t ldy) {
-  constexpr int R = M <= 2 ? 4 : 2;
+  constexpr int R = M == 1 ? 1 : M == 2 ? 4 : 2;
   const int64_t rb = Q8RowBytes(K), pf = GemvPrefetchBytes();
   int64_t n = n0;
   for (; n + R <= n1; n += R) Block<R, M>(xq, xs, K, W + n * rb, y + n, ldy, pf);
