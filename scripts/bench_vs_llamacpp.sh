@@ -13,7 +13,7 @@
 #                    llama.cpp git bundle it ships into .cache/llama/src, record the commit
 #   build_llama      llama-bench, llama-batched-bench, llama-quantize, llama-completion, CPU only,
 #                    -DGGML_NATIVE=ON, no GPU backends, -j2, into .cache/llama/build (reused)
-#   build_pdserve    the pdserve benches (build/, ccache)
+#   build_pdserve    the pdserve benches (build/, ccache where installed)
 #   make_models      a random pdserve checkpoint of $CONFIG, its GGUFs (F32, BF16 by
 #                    scripts/pdserve_to_gguf.py; Q8_0 by llama-quantize), a load check
 #   run_round N      every row, llama.cpp then pdserve, appended to the CSV
@@ -76,13 +76,16 @@ fetch_llama() {
   log "llama.cpp $(cut -c1-12 "$CACHE/commit") (node-llama-cpp $NODE_LLAMA_CPP_VERSION)"
 }
 
+# ccache where it is installed (scripts/setup.sh does not install it).
+LAUNCHER=()
+command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
 build_llama() {
   if [[ ! -f $CACHE/build/build.ninja ]]; then
     cmake -S "$CACHE/src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
       -DGGML_HIP=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-      -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >"$CACHE/cmake.log"
+      -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${LAUNCHER[@]}" >"$CACHE/cmake.log"
   fi
   ninja -C "$CACHE/build" -j"$LLAMA_JOBS" llama-bench llama-batched-bench llama-quantize \
     llama-completion >"$CACHE/build.log"
@@ -90,8 +93,7 @@ build_llama() {
 
 build_pdserve() {
   if [[ ! -f $ROOT/build/build.ninja ]]; then
-    cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >/dev/null
+    cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${LAUNCHER[@]}" >/dev/null
   fi
   ninja -C "$ROOT/build" -j2 pdserve-init-model pdserve-decode-bench pdserve-step-bench \
     pdserve-ttft-bench >/dev/null
