@@ -11,6 +11,9 @@
 // rows at once (16 independent chains for 4 rows of x) and reusing each x
 // load for the 4 weight rows, and from a software prefetch 4 KiB ahead in
 // each row (GemvPrefetchBytes); widening bf16 stays two ops per 16 weights.
+// bf16 weights against one row of x go one weight row at a time instead,
+// each read whole and in order: DRAM feeds that faster than four rows
+// interleaved (docs/benchmarks.md section 35).
 #pragma once
 
 #include <cstdint>

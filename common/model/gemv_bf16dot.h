@@ -13,8 +13,10 @@
 // where the exact path (gemv_kernels.h) widens 16 weights with two integer
 // ops and spends one FMA per 16 products. The products of two bf16 values
 // are exact in fp32; only the rounding of x differs from the exact path, as
-// in llama.cpp's BF16 matmuls. 4 weight rows per pass against up to 4 rows
-// of x (16 accumulators), a software prefetch GemvPrefetchBytes() ahead.
+// in llama.cpp's BF16 matmuls. 4 weight rows per pass against 2-4 rows of
+// x (up to 16 accumulators), one weight row per pass against one row of x
+// (each row read whole and in order, which DRAM feeds faster), a software
+// prefetch GemvPrefetchBytes() ahead.
 //
 // Bits: lane j of an output's accumulator takes k = 2j, 2j + 1 of every
 // 32-block in increasing k (a tail shorter than 32 masked to zeros), then a

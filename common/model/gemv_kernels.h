@@ -41,8 +41,8 @@ int64_t GemvPrefetchBytes();
 // Weight rows per tile of a matmul with more than kGemvMaxRows rows of x
 // (gemv_tiles.h, gemv_matrix.h): about 64 KiB of rows of `row_bytes` (they
 // stay in L2 while every row group passes), a multiple of 4 (the kernels
-// take weight rows 4 at a time; a leftover row runs alone, at a fraction of
-// the speed), at least 8.
+// take weight rows 4 at a time for 2-4 rows of x; a leftover row runs
+// alone, at a fraction of the speed), at least 8.
 int64_t GemvTileRows(int64_t row_bytes);
 
 // For output columns n in [n0, n1): y[m * ldy + n] = sum_k x[m * K + k] * W[n * K + k],

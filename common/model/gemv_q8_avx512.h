@@ -8,8 +8,9 @@
 // shared by every weight row), and each weight block's 128 * sum(w) (one
 // more vpdpbusd per weight block, shared by every row of x) is the starting
 // value of the dot, so the int32 lanes hold the exact sums of x * w. Two
-// 32-blocks per zmm (block b in lanes 0-7, b + 1 in lanes 8-15), 4 weight
-// rows per pass for up to 2 rows of x and 2 for 3-4 rows, a software prefetch
+// 32-blocks per zmm (block b in lanes 0-7, b + 1 in lanes 8-15), one weight
+// row per pass for one row of x (read whole and in order, which DRAM feeds
+// faster), 4 for 2 rows of x and 2 for 3-4 rows, a software prefetch
 // GemvPrefetchBytes() ahead in each weight row.
 //
 // Bits: lane j of a block's int32 sum covers k = 4j..4j+3, as vpmaddubsw +
