@@ -83,15 +83,15 @@ void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, in
 
 template <int M, typename WT>
 void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  // Weight rows per pass. bf16 weights against one row of x: one weight row
+  // at a time, read whole and in order (as gemv_bf16dot.cc; four
+  // interleaved rows streamed slower from DRAM, docs/benchmarks.md section
+  // 35). fp32 rows keep four at once: one row's chain of FMAs alone ran
+  // slower there.
+  constexpr int R = M == 1 && std::is_same_v<WT, uint16_t> ? 1 : 4;
   const int64_t pf = GemvPrefetchBytes();
   int64_t n = n0;
-  // bf16 weights against one row of x: one weight row at a time, read whole
-  // and in order (as gemv_bf16dot.cc; four interleaved rows streamed slower
-  // from DRAM, docs/benchmarks.md section 35). fp32 rows keep four at once:
-  // one row's chain of FMAs alone ran slower there.
-  if constexpr (M > 1 || !std::is_same_v<WT, uint16_t>) {
-    for (; n + 4 <= n1; n += 4) Block<4, M>(x, K, W + n * K, y + n, ldy, pf);
-  }
+  for (; n + R <= n1; n += R) Block<R, M>(x, K, W + n * K, y + n, ldy, pf);
   for (; n < n1; ++n) Block<1, M>(x, K, W + n * K, y + n, ldy, pf);
 }
 

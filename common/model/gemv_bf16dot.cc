@@ -93,16 +93,16 @@ void Block(const uint16_t* xb, int64_t ldx, int64_t K, const uint16_t* w, float*
 template <int M>
 void Rows(const uint16_t* xb, int64_t ldx, int64_t K, const uint16_t* W, int64_t n0, int64_t n1, float* y,
           int64_t ldy) {
+  // Weight rows per pass. One row of x (batch-1 decode) reads weight rows
+  // one at a time, each whole and in order: four interleaved rows streamed
+  // 10-25% slower from DRAM on the Zen 5 EPYC (docs/benchmarks.md section
+  // 35). Same bits: Reduce is Sum4's tree. From two rows of x up, four
+  // weight rows share each x load; without that the kernel is bound by its
+  // arithmetic.
+  constexpr int R = M == 1 ? 1 : 4;
   const int64_t pf = GemvPrefetchBytes();
   int64_t n = n0;
-  // One row of x (batch-1 decode) reads weight rows one at a time, each
-  // whole and in order: four interleaved rows streamed 10-25% slower from
-  // DRAM on the Zen 5 EPYC (docs/benchmarks.md section 35). Same bits:
-  // Reduce is Sum4's tree. From two rows of x up, four weight rows share
-  // each x load; without that the kernel is bound by its arithmetic.
-  if constexpr (M > 1) {
-    for (; n + 4 <= n1; n += 4) Block<4, M>(xb, ldx, K, W + n * K, y + n, ldy, pf);
-  }
+  for (; n + R <= n1; n += R) Block<R, M>(xb, ldx, K, W + n * K, y + n, ldy, pf);
   for (; n < n1; ++n) Block<1, M>(xb, ldx, K, W + n * K, y + n, ldy, pf);
 }
 
