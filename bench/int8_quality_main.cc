@@ -1,5 +1,5 @@
-// pdserve-int8-quality: how closely quantized weights follow fp32 on random
-// weights of a config: logits cosine and greedy top-1 agreement over N
+// pdserve-int8-quality: how closely quantized weights follow fp32, on
+// random weights of a config or on a checkpoint (--model): logits cosine and greedy top-1 agreement over N
 // teacher-forced steps (common/engine/logits_agreement.h). The engine flags
 // apply (engine_flags.h): --dtype bf16 --bf16-matmul dot measures the
 // bf16-activation path.
@@ -18,7 +18,7 @@
 #include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
 
-ABSL_FLAG(std::string, config, "configs/tiny.json", "Model config (random weights).");
+ABSL_FLAG(std::string, config, "configs/tiny.json", "Model config (random weights; ignored with --model).");
 ABSL_FLAG(std::string, dtype, "int8", "Weights dtype to compare against f32: bf16 or int8.");
 ABSL_FLAG(int64_t, steps, 1000, "Greedy decode steps.");
 ABSL_FLAG(int64_t, prompt_len, 32, "Prompt tokens.");
@@ -75,9 +75,11 @@ void MatvecBench(const pdserve::ModelConfig& c, const std::vector<int64_t>& rows
 int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-int8-quality: logits cosine and top-1 agreement of bf16/int8 weights against f32.\n"
-                   "Usage: pdserve-int8-quality --config configs/small.json [--dtype int8] [--steps 1000]\n"
+                   "Usage: pdserve-int8-quality (--config configs/small.json [--seed S] | --model DIR)\n"
+                   "       [--dtype int8] [--steps 1000]\n"
                    "       [--bf16-matmul widen|dot|...] [--threads N]");
-  auto cfg = pdserve::LoadModelConfig(absl::GetFlag(FLAGS_config));
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  auto cfg = pdserve::LoadModelConfig(model_dir.empty() ? absl::GetFlag(FLAGS_config) : model_dir + "/config.json");
   if (!cfg.ok()) pdserve::Die(cfg.status(), 2);
   if (!absl::GetFlag(FLAGS_matvec_rows).empty()) {
     auto rows = pdserve::ParseIdList(absl::GetFlag(FLAGS_matvec_rows));
@@ -90,7 +92,14 @@ int main(int argc, char** argv) {
   if (!options.ok()) pdserve::Die(options.status(), 2);
   auto dtype = pdserve::ParseWeightsDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) pdserve::Die(dtype.status(), 2);
-  pdserve::ModelWeights w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
+  pdserve::ModelWeights w;
+  if (model_dir.empty()) {
+    w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
+  } else {
+    auto loaded = pdserve::LoadCheckpoint(model_dir);  // f32: the reference
+    if (!loaded.ok()) pdserve::Die(loaded.status(), 2);
+    w = *std::move(loaded);
+  }
   pdserve::ModelWeights wq = w;
   pdserve::ConvertWeights(&wq, *dtype);
   auto ref = pdserve::Engine::FromWeights(std::move(w), *options);
@@ -99,12 +108,14 @@ int main(int argc, char** argv) {
   for (int64_t i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) prompt.push_back((i * 131 + 7) % cfg->vocab_size);
   auto r = pdserve::CompareGreedy(*ref, *test, prompt, absl::GetFlag(FLAGS_steps));
   if (!r.ok()) pdserve::Die(r.status(), 1);
-  std::printf("%s, %s%s vs f32, seed %llu: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
+  const std::string source =
+      model_dir.empty() ? "seed " + std::to_string(absl::GetFlag(FLAGS_seed)) : "checkpoint " + model_dir;
+  std::printf("%s, %s%s vs f32, %s: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
               cfg->name.c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
               *dtype == pdserve::WeightsDtype::kBF16
                   ? (std::string(" (bf16 matmul ") + pdserve::Bf16MatmulName(pdserve::GetBf16Matmul()) + ")").c_str()
                   : "",
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_seed)), static_cast<long long>(r->steps),
+              source.c_str(), static_cast<long long>(r->steps),
               r->min_cosine, r->mean_cosine, static_cast<long long>(r->top1_agree), static_cast<long long>(r->steps),
               100.0 * r->top1_rate());
   return 0;
