@@ -1,27 +1,29 @@
 #!/usr/bin/env bash
 # Co-tenancy: two pdserve processes pinned to the same cores (taskset), each
 # one's throughput as a percentage of its solo throughput (fair share 50%,
-# target >= 40%), with the binaries' default OpenMP wait policy (passive:
-# idle threads sleep, common/util/omp_env.h) and with OMP_WAIT_POLICY=active
-# (the old behaviour: idle threads spin). Also the solo cost of passive.
+# target >= 40%), under OpenMP wait policies: the binaries' default
+# (bounded spin: GOMP_SPINCOUNT=1000, common/util/omp_env.h), passive (idle
+# threads sleep at once) and active (idle threads spin). Also the solo cost
+# of each.
 #   decode   pdserve-step-bench, batch 1 (the Engine's decode step)
 #   prefill  pdserve-ttft-bench in-process, PREFILL_LEN-token prompts
 # Pairs: decode+decode, and prefill+decode (each side measured while the
 # other runs). A measured ("foreground") run starts once the background one
 # has loaded its model; the background one runs until the foreground ends.
-# Rounds alternate passive and active (A B A B); ranges are over rounds.
+# Rounds run the policies in turn (A B A B); ranges are over rounds.
 #
 # Usage: scripts/bench_cotenancy.sh [BUILD_DIR]   (3-5 minutes on a quiet machine; the
 #   spinning (active) runs crawl on a loaded one: 29 minutes at load average 10-16)
 # Environment (defaults): MODEL (a 502M checkpoint, written to .cache/ once
 #   from configs/gpt-oss-lite-502m.json), WEIGHTS=bf16, CORES=0,1, ROUNDS=2,
 #   STEPS=48 (timed decode steps), PREFILL_LEN=256, TRIALS=3, CSV (a file),
-#   POLICIES="passive active" (each round runs them in this order; spin:N runs
-#   with GOMP_SPINCOUNT=N: idle threads spin N iterations, then sleep).
+#   POLICIES="default passive active" (each round runs them in this order;
+#   spin:N runs with GOMP_SPINCOUNT=N: idle threads spin N iterations, then
+#   sleep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-POLICIES=${POLICIES:-passive active}
+POLICIES=${POLICIES:-default passive active}
 WEIGHTS=${WEIGHTS:-bf16}; CORES=${CORES:-0,1}; ROUNDS=${ROUNDS:-2}; STEPS=${STEPS:-48}
 PREFILL_LEN=${PREFILL_LEN:-256}; TRIALS=${TRIALS:-3}
 MODEL=${MODEL:-.cache/cotenancy-502m}
@@ -67,10 +69,11 @@ for r in $(seq 1 "$ROUNDS"); do
   for policy in $POLICIES; do
     unset OMP_WAIT_POLICY GOMP_SPINCOUNT
     case $policy in
-      passive) want="OMP_WAIT_POLICY=passive" ;;
+      default) want="GOMP_SPINCOUNT=1000 (pdserve default)" ;;
+      passive) export OMP_WAIT_POLICY=passive; want="OMP_WAIT_POLICY=passive" ;;
       active) export OMP_WAIT_POLICY=active; want="OMP_WAIT_POLICY=active" ;;
       spin:[0-9]*) export GOMP_SPINCOUNT=${policy#spin:}; want="GOMP_SPINCOUNT=${policy#spin:}" ;;
-      *) echo "unknown policy $policy (passive, active or spin:N)" >&2; exit 2 ;;
+      *) echo "unknown policy $policy (default, passive, active or spin:N)" >&2; exit 2 ;;
     esac
     sd=$(run_decode "$STEPS"); grep -q "$want" "$TMP/fg.err" || { cat "$TMP/fg.err"; exit 1; }
     sp=$(run_prefill "$TRIALS")

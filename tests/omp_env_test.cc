@@ -21,11 +21,11 @@ OmpWaitAction Decide(const std::map<std::string, std::string>& env) {
   });
 }
 
-TEST(OmpEnvTest, UnsetEnvironmentGetsPassive) {
-  EXPECT_EQ(Decide({}), OmpWaitAction::kSetPassive);
-  EXPECT_EQ(Decide({{"OMP_NUM_THREADS", "2"}}), OmpWaitAction::kSetPassive);
-  EXPECT_EQ(Decide({{"OMP_WAIT_POLICY", ""}}), OmpWaitAction::kSetPassive);  // empty = unset
-  EXPECT_EQ(Decide({{kOmpYieldEnv, "1"}}), OmpWaitAction::kSetPassive);
+TEST(OmpEnvTest, UnsetEnvironmentGetsBoundedSpin) {
+  EXPECT_EQ(Decide({}), OmpWaitAction::kSetBoundedSpin);
+  EXPECT_EQ(Decide({{"OMP_NUM_THREADS", "2"}}), OmpWaitAction::kSetBoundedSpin);
+  EXPECT_EQ(Decide({{"OMP_WAIT_POLICY", ""}}), OmpWaitAction::kSetBoundedSpin);  // empty = unset
+  EXPECT_EQ(Decide({{kOmpYieldEnv, "1"}}), OmpWaitAction::kSetBoundedSpin);
 }
 
 TEST(OmpEnvTest, UserSettingWins) {

@@ -15,7 +15,7 @@
 namespace pdserve {
 namespace {
 
-// Whether OMP_WAIT_POLICY was set by ApplyLibraryEnv's re-execution (the
+// Whether GOMP_SPINCOUNT was set by ApplyLibraryEnv's re-execution (the
 // markers are removed then, so that children start from the user's
 // environment).
 bool g_set_by_pdserve = false;
@@ -47,7 +47,7 @@ OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>&
   if (IsSet(getenv("OMP_WAIT_POLICY")) || IsSet(getenv("GOMP_SPINCOUNT"))) return OmpWaitAction::kKeep;
   const char* yield = getenv(kOmpYieldEnv);
   if (yield != nullptr && std::strcmp(yield, "0") == 0) return OmpWaitAction::kKeep;
-  return OmpWaitAction::kSetPassive;
+  return OmpWaitAction::kSetBoundedSpin;
 }
 
 std::string DecideMallocTunables(const std::function<const char*(const char*)>& getenv) {
@@ -67,7 +67,7 @@ void ApplyLibraryEnv(char** argv) {
     return;
   }
   const auto env = [](const char* name) { return std::getenv(name); };
-  const bool omp = DecideOmpWaitPolicy(env) == OmpWaitAction::kSetPassive;
+  const bool omp = DecideOmpWaitPolicy(env) == OmpWaitAction::kSetBoundedSpin;
   const std::string picked = OpenBlasCoreName();
   const std::string blas = DecideOpenBlasCore(picked, HostCpuFeatures(), env);
   const std::string tunables = DecideMallocTunables(env);
@@ -77,7 +77,7 @@ void ApplyLibraryEnv(char** argv) {
     what += (what.empty() ? "" : " and ") + setting;
     marker_value += (marker_value.empty() ? "" : ",") + std::string(marker_part);
   };
-  if (omp) add("OMP_WAIT_POLICY=passive", "omp");
+  if (omp) add(std::string("GOMP_SPINCOUNT=") + kOmpSpinCount, "omp");
   if (!blas.empty()) add("OPENBLAS_CORETYPE=" + blas, "blas");
   if (!tunables.empty()) add("GLIBC_TUNABLES=" + tunables, "malloc");
   const std::string exe = SelfExe();
@@ -86,7 +86,7 @@ void ApplyLibraryEnv(char** argv) {
                  what.c_str());
     return;
   }
-  if (omp) setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (omp) setenv("GOMP_SPINCOUNT", kOmpSpinCount, 1);
   if (!blas.empty()) {
     setenv("OPENBLAS_CORETYPE", blas.c_str(), 1);
     setenv(kOpenBlasPickedEnv, picked.c_str(), 1);
@@ -95,7 +95,7 @@ void ApplyLibraryEnv(char** argv) {
   setenv(kOmpReexecEnv, marker_value.c_str(), 1);
   execv(exe.c_str(), argv);
   const int err = errno;
-  if (omp) unsetenv("OMP_WAIT_POLICY");
+  if (omp) unsetenv("GOMP_SPINCOUNT");
   if (!blas.empty()) unsetenv("OPENBLAS_CORETYPE");
   if (!tunables.empty()) unsetenv("GLIBC_TUNABLES");
   unsetenv(kOpenBlasPickedEnv);
@@ -108,9 +108,9 @@ std::string OmpWaitPolicySummary() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   if (IsSet(policy)) {
-    return std::string("OMP_WAIT_POLICY=") + policy + (g_set_by_pdserve ? " (pdserve default)" : " (environment)");
+    return std::string("OMP_WAIT_POLICY=") + policy + " (environment)";
   }
-  if (IsSet(spin)) return std::string("GOMP_SPINCOUNT=") + spin + " (environment)";
+  if (IsSet(spin)) return std::string("GOMP_SPINCOUNT=") + spin + (g_set_by_pdserve ? " (pdserve default)" : " (environment)");
   const char* yield = std::getenv(kOmpYieldEnv);
   if (yield != nullptr && std::strcmp(yield, "0") == 0) return "libgomp default (spin; PDSERVE_OMP_YIELD=0)";
   return "libgomp default (spin)";

@@ -2,12 +2,17 @@
 // binaries that run the engine: OpenMP's wait policy (below) and OpenBLAS's
 // kernels (blas_env.h). libgomp reads
 // OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it loads (before main), and by
-// default its idle threads spin for a while before sleeping: two such
-// processes on the same cores then burn each other's time (decode fell 10x
-// next to another LibTorch process). So these binaries yield by default:
+// default its idle threads spin for a while (300,000 iterations) before
+// sleeping: two such processes on the same cores then burn each other's
+// time (decode fell 10x next to another LibTorch process). So these
+// binaries spin only briefly by default (GOMP_SPINCOUNT=kOmpSpinCount,
+// some microseconds: long enough to catch the next parallel region of a
+// decode step, which follows within microseconds, without a futex wake-up;
+// short enough that a co-tenant keeps its share; docs/benchmarks.md
+// sections 13 and 36):
 //   DecideOmpWaitPolicy   the decision, from the environment (pure; tested)
-//   ApplyLibraryEnv       first thing in main: sets OMP_WAIT_POLICY=passive
-//                         and OPENBLAS_CORETYPE where needed, and then
+//   ApplyLibraryEnv       first thing in main: sets GOMP_SPINCOUNT and
+//                         OPENBLAS_CORETYPE where needed, and then
 //                         re-executes the binary once
 //   OmpWaitPolicySummary  the policy in effect and who chose it, for logs
 //   DecideMallocTunables  glibc malloc on 2 MiB pages (pure; tested)
@@ -27,18 +32,21 @@
 namespace pdserve {
 
 // Set on the re-executed process (and removed by it): the loop guard; what
-// was set, comma-separated: "omp" (OMP_WAIT_POLICY), "blas"
+// was set, comma-separated: "omp" (GOMP_SPINCOUNT), "blas"
 // (OPENBLAS_CORETYPE), "malloc" (GLIBC_TUNABLES).
 inline constexpr char kOmpReexecEnv[] = "PDSERVE_OMP_REEXEC";
-// "0" opts out of the passive default.
+// "0" opts out of the bounded-spin default.
 inline constexpr char kOmpYieldEnv[] = "PDSERVE_OMP_YIELD";
+// The default GOMP_SPINCOUNT: iterations an idle OpenMP thread spins before
+// it sleeps.
+inline constexpr char kOmpSpinCount[] = "1000";
 
 enum class OmpWaitAction {
-  kKeep,         // the environment already decides (or opted out): do nothing
-  kSetPassive,   // set OMP_WAIT_POLICY=passive and re-execute
+  kKeep,           // the environment already decides (or opted out): do nothing
+  kSetBoundedSpin, // set GOMP_SPINCOUNT=kOmpSpinCount and re-execute
 };
 
-// kSetPassive when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set,
+// kSetBoundedSpin when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set,
 // PDSERVE_OMP_YIELD is not "0" and this is not already the re-executed
 // process; kKeep otherwise. `getenv` returns nullptr for an unset variable.
 OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>& getenv);
@@ -49,7 +57,7 @@ OmpWaitAction DecideOmpWaitPolicy(const std::function<const char*(const char*)>&
 std::string DecideMallocTunables(const std::function<const char*(const char*)>& getenv);
 
 // Call first in main (before any thread starts; argv as main got it, with
-// argv[argc] == nullptr). On kSetPassive sets OMP_WAIT_POLICY=passive, and
+// argv[argc] == nullptr). On kSetBoundedSpin sets GOMP_SPINCOUNT, and
 // where DecideOpenBlasCore says so OPENBLAS_CORETYPE, and GLIBC_TUNABLES
 // where DecideMallocTunables says so; then execs the binary
 // (its /proc/self/exe target, so the process name stays) with the same argv
@@ -57,7 +65,7 @@ std::string DecideMallocTunables(const std::function<const char*(const char*)>& 
 // stderr, restores the environment and returns.
 void ApplyLibraryEnv(char** argv);
 
-// E.g. "OMP_WAIT_POLICY=passive (pdserve default)", "OMP_WAIT_POLICY=active
+// E.g. "GOMP_SPINCOUNT=1000 (pdserve default)", "OMP_WAIT_POLICY=passive
 // (environment)", "libgomp default (spin; PDSERVE_OMP_YIELD=0)".
 std::string OmpWaitPolicySummary();
 

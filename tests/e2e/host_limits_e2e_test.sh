@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engine binaries as a user runs them: OpenMP threads yield by default
-# (OMP_WAIT_POLICY=passive, set by the binary re-executing itself, same pid
+# (GOMP_SPINCOUNT=1000, set by the binary re-executing itself, same pid
 # and process name), the user's setting and the opt-out win; OpenBLAS runs
 # kernels as wide as the CPU (OPENBLAS_CORETYPE set the same way); a memory limit
 # the estimate exceeds, a PDSERVE_ISA the CPU lacks, and --bf16-matmul dot
@@ -20,10 +20,10 @@ gen() { "$GEN" --model "$TMP/m" --prompt-ids 1,2,3 --max-new-tokens 4 "$@"; }
 # err_has PATTERN: the last gen's stderr (in $TMP/err) matches.
 err_has() { grep -q -- "$1" "$TMP/err" || fail "no '$1' in: $(cat "$TMP/err")"; }
 
-echo "--- default: passive, set by pdserve; threads as before"
+echo "--- default: bounded spin, set by pdserve; threads as before"
 gen >"$TMP/out" 2>"$TMP/err" || fail "generate: $(cat "$TMP/err")"
 grep -q '"token_ids"' "$TMP/out" || fail "no tokens: $(cat "$TMP/out")"
-grep -q "OMP_WAIT_POLICY=passive (pdserve default)" "$TMP/err" || fail "policy: $(cat "$TMP/err")"
+grep -q "GOMP_SPINCOUNT=1000 (pdserve default)" "$TMP/err" || fail "policy: $(cat "$TMP/err")"
 grep -q "pdserve: $(nproc) threads" "$TMP/err" || fail "threads != $(nproc): $(cat "$TMP/err")"
 gen --threads 1 >/dev/null 2>"$TMP/err"; err_has "pdserve: 1 threads"
 same=$(gen 2>/dev/null)
@@ -64,15 +64,15 @@ elif has avx2 && has fma; then
   err_has "OpenBLAS Haswell (OPENBLAS_CORETYPE from the environment),"
 fi
 
-echo "--- a server: same pid and name after the re-exec, passive in its environment"
+echo "--- a server: same pid and name after the re-exec, the spin count in its environment"
 "$BUILD/decode_service/pdserve-decode" --model "$TMP/m" --listen 127.0.0.1:0 --metrics-port -1 \
   --kv-budget-mb 16 2>"$TMP/decode.err" &
 SERVER=$!
 for _ in $(seq 1 300); do grep -q "threads" "$TMP/decode.err" && break; sleep 0.1; done
-grep -q "OMP_WAIT_POLICY=passive (pdserve default)" "$TMP/decode.err" || fail "decode: $(cat "$TMP/decode.err")"
+grep -q "GOMP_SPINCOUNT=1000 (pdserve default)" "$TMP/decode.err" || fail "decode: $(cat "$TMP/decode.err")"
 [ "$(cat /proc/$SERVER/comm)" == "pdserve-decode" ] || fail "process name $(cat /proc/$SERVER/comm)"
 tr '\0' '\n' </proc/$SERVER/environ >"$TMP/environ"
-grep -qx "OMP_WAIT_POLICY=passive" "$TMP/environ" || fail "environ lacks the policy"
+grep -qx "GOMP_SPINCOUNT=1000" "$TMP/environ" || fail "environ lacks the policy"
 grep -q "KV budget 16.0 MiB" "$TMP/decode.err" || fail "estimate without the KV budget: $(cat "$TMP/decode.err")"
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=
 
