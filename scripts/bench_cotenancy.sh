@@ -19,7 +19,9 @@
 #   STEPS=48 (timed decode steps), PREFILL_LEN=256, TRIALS=3, CSV (a file),
 #   POLICIES="default passive active" (each round runs them in this order;
 #   spin:N runs with GOMP_SPINCOUNT=N: idle threads spin N iterations, then
-#   sleep).
+#   sleep; omp is the default policy with PDSERVE_SPIN_POOL=0: a decode
+#   step's regions on OpenMP's threads instead of pdserve's spin pool,
+#   common/util/spin_pool.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -67,13 +69,14 @@ printf "\n%5s %11s %12s %12s %18s %18s %18s\n" round policy "decode t/s" "prefil
   "decode (+prefill)" "prefill (+decode)"
 for r in $(seq 1 "$ROUNDS"); do
   for policy in $POLICIES; do
-    unset OMP_WAIT_POLICY GOMP_SPINCOUNT
+    unset OMP_WAIT_POLICY GOMP_SPINCOUNT PDSERVE_SPIN_POOL
     case $policy in
       default) want="GOMP_SPINCOUNT=1000 (pdserve default)" ;;
+      omp) export PDSERVE_SPIN_POOL=0; want="decode regions on OpenMP" ;;
       passive) export OMP_WAIT_POLICY=passive; want="OMP_WAIT_POLICY=passive" ;;
       active) export OMP_WAIT_POLICY=active; want="OMP_WAIT_POLICY=active" ;;
       spin:[0-9]*) export GOMP_SPINCOUNT=${policy#spin:}; want="GOMP_SPINCOUNT=${policy#spin:}" ;;
-      *) echo "unknown policy $policy (default, passive, active or spin:N)" >&2; exit 2 ;;
+      *) echo "unknown policy $policy (default, omp, passive, active or spin:N)" >&2; exit 2 ;;
     esac
     sd=$(run_decode "$STEPS"); grep -q "$want" "$TMP/fg.err" || { cat "$TMP/fg.err"; exit 1; }
     sp=$(run_prefill "$TRIALS")
@@ -85,6 +88,6 @@ for r in $(seq 1 "$ROUNDS"); do
     [ -n "${CSV:-}" ] && echo "$r,$policy,$sd,$sp,$dd,$pdd,$pdp" >>"$CSV"
   done
 done
-unset OMP_WAIT_POLICY GOMP_SPINCOUNT
+unset OMP_WAIT_POLICY GOMP_SPINCOUNT PDSERVE_SPIN_POOL
 echo
 echo "percentages: of the solo throughput under the same policy (fair share 50%, target >= 40%)"

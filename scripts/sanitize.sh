@@ -6,7 +6,8 @@
 #                                 reliability_e2e_test.
 #   scripts/sanitize.sh thread    TSan in build-tsan/: worker_pool_test, admission_queue_test,
 #                                 router_service_test (the router's callback chain), kv_transfer_test
-#                                 (+ batch_scheduler_test / decode_service_test once they exist).
+#                                 (+ batch_scheduler_test / decode_service_test once they exist) and
+#                                 spin_pool_test (the decode step's helper threads).
 # Configures the tree (Ninja, -DPDSERVE_SANITIZE=MODE, RelWithDebInfo = -O1 -g), builds only
 # the targets those tests need, runs them with ctest -R, and fails on any test failure or any
 # sanitizer report, including reports of child processes (router/prefill/decode workers of
@@ -55,7 +56,7 @@ if [[ $mode == address ]]; then
   fi
 else
   for name in worker_pool_test admission_queue_test router_service_test kv_transfer_test batch_scheduler_test \
-      decode_service_test; do
+      decode_service_test spin_pool_test; do
     have_target "$name" && { tests+=("$name"); targets+=("$name"); }
   done
 fi

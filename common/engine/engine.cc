@@ -22,6 +22,7 @@
 #include "common/util/log.h"
 #include "common/util/blas_env.h"
 #include "common/util/omp_env.h"
+#include "common/util/spin_pool.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -101,7 +102,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
                             : huge_mib <= 0     ? " (transparent huge pages unavailable: weights on 4 KiB pages)"
                                                 : ""),
             {{"weight_mib", weight_mib}, {"huge_page_mib", huge_mib}}, log::TextPrefix::Named("pdserve"));
-  log::Info(absl::StrFormat("%d threads, %s, %s, ISA %s (%s), %s", at::get_num_threads(), OmpWaitPolicySummary(),
+  log::Info(absl::StrFormat("%d threads, %s, %s, %s, ISA %s (%s), %s", at::get_num_threads(), OmpWaitPolicySummary(),
+                            SpinPoolSummary(),
                             OpenBlasSummary(), IsaName(*HostIsa()), CpuFeaturesString(HostCpuFeatures()),
                             MallocSummary()),
             {{"threads", at::get_num_threads()}}, log::TextPrefix::Named("pdserve"));

@@ -1,7 +1,7 @@
 // The loop that feeds decode-sized matmuls (at most kGemvMaxBatchRows rows
 // of x) to the row-group kernels, shared by Linear (fp32/bf16 weights,
 // gemv_kernels.h) and LinearQ8 (int8 weights, gemv_q8.h). For ATen
-// translation units only: it runs at::parallel_for.
+// translation units only: it reads at::get_num_threads().
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/model/gemv_kernels.h"
+#include "common/util/spin_pool.h"
 
 namespace pdserve {
 
@@ -19,22 +20,26 @@ namespace pdserve {
 // that runs slow (its vCPU busy or descheduled for a while, as on a shared
 // VM) takes fewer chunks instead of holding up the others at the end of
 // the region (llama.cpp's matmuls split work the same way). Which thread
-// computes a row changes no bits.
+// computes a row changes no bits. The threads are the SpinPool's helpers
+// (spin_pool.h: a region costs ~0.5 us there against 3.5-13 us in
+// OpenMP), or OpenMP's when the pool is busy with another thread's region.
 template <typename Body>
 void ForEachChunk(int64_t N, int64_t chunk, const Body& body) {
   const int64_t chunks = (N + chunk - 1) / chunk;
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
-  if (threads <= 1 || at::in_parallel_region()) {
+  if (threads <= 1 || at::in_parallel_region() || OnSpinPoolThread()) {
     body(int64_t{0}, N);
     return;
   }
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, /*grain_size=*/1, [&](int64_t, int64_t) {
+  const auto take_chunks = [&] {
     for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
          c = next.fetch_add(1, std::memory_order_relaxed)) {
       body(c * chunk, std::min(N, (c + 1) * chunk));
     }
-  });
+  };
+  if (SpinPool::Get().TryHelp(static_cast<int>(threads - 1), take_chunks)) return;
+  at::parallel_for(0, threads, /*grain_size=*/1, [&](int64_t, int64_t) { take_chunks(); });
 }
 
 // Output rows per chunk of a decode matmul with N output rows: about 8
