@@ -143,6 +143,27 @@ TEST(Q8Test, ParseAndLoadInt8) {
   EXPECT_EQ(ModelFingerprint(*loaded), ModelFingerprint(*LoadCheckpoint(dir.path(), o)));
 }
 
+// Teacher-forced greedy over `steps` steps after a 40-token prompt
+// ((i * mult + 7) % vocab): engines on the fp32 weights w and on their int8
+// conversion; the agreement, printed under `label`.
+absl::StatusOr<LogitsAgreement> Int8AgainstFp32(ModelWeights w, int64_t mult, int64_t vocab, int64_t steps,
+                                                const char* label) {
+  ModelWeights w8 = w;
+  ConvertWeights(&w8, WeightsDtype::kInt8);
+  EXPECT_TRUE(IsQ8(w8.layers[0].down_proj));
+  EXPECT_FALSE(IsQ8(w.layers[0].down_proj));
+  auto ref = Engine::FromWeights(std::move(w)), test = Engine::FromWeights(std::move(w8));
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 40; ++i) prompt.push_back((i * mult + 7) % vocab);
+  auto r = CompareGreedy(*ref, *test, prompt, steps);
+  if (r.ok()) {
+    std::printf("%s (%s kernel) vs f32: min cosine %.6f, mean %.6f, top-1 %lld/%lld\n", label,
+                Q8KernelIsDot() ? "dot" : "fma", r->min_cosine, r->mean_cosine,
+                static_cast<long long>(r->top1_agree), static_cast<long long>(r->steps));
+  }
+  return r;
+}
+
 // Quality against fp32 weights, teacher-forced greedy. The tiny config runs
 // dense (top_k = n_experts): with top-2 routing of random weights, a
 // router flip moves the output by a whole expert, and even bf16 weights then
@@ -150,22 +171,12 @@ TEST(Q8Test, ParseAndLoadInt8) {
 TEST(Q8Test, DenseTinyModelFollowsFp32) {
   ModelConfig tc = testing::TinyConfig();
   tc.top_k = tc.n_experts;
-  ModelWeights w = RandomWeights(tc, 11);
-  ModelWeights w8 = w;
-  ConvertWeights(&w8, WeightsDtype::kInt8);
-  ASSERT_TRUE(IsQ8(w8.layers[1].q_proj));
-  ASSERT_FALSE(IsQ8(w.layers[1].q_proj));
-  auto ref = Engine::FromWeights(std::move(w)), test = Engine::FromWeights(std::move(w8));
-  std::vector<int64_t> prompt;
-  for (int64_t i = 0; i < 40; ++i) prompt.push_back((i * 53 + 7) % 300);
-  auto r = CompareGreedy(*ref, *test, prompt, 120);
+  auto r = Int8AgainstFp32(RandomWeights(tc, 11), 53, 300, 120, "dense tiny int8");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->steps, 121);
   EXPECT_GE(r->mean_cosine, 0.998);
   EXPECT_GE(r->min_cosine, 0.99);
   EXPECT_GE(r->top1_rate(), 0.9);
-  std::printf("dense tiny int8 vs f32: min cosine %.6f, mean %.6f, top-1 %lld/%lld\n", r->min_cosine,
-              r->mean_cosine, static_cast<long long>(r->top1_agree), static_cast<long long>(r->steps));
 }
 
 // Quality on the trained passkey model (top-2 routing over 4 experts and a
@@ -178,21 +189,12 @@ TEST(Q8Test, TrainedModelFollowsFp32) {
   if (!GemvQ8Available()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   auto w = LoadCheckpoint(std::string(PDSERVE_SOURCE_DIR) + "/models/passkey-4l");
   ASSERT_TRUE(w.ok()) << w.status();
-  ModelWeights w8 = *w;
-  ConvertWeights(&w8, WeightsDtype::kInt8);
-  ASSERT_TRUE(IsQ8(w8.layers[0].down_proj));
-  auto ref = Engine::FromWeights(*std::move(w)), test = Engine::FromWeights(std::move(w8));
-  std::vector<int64_t> prompt;
-  for (int64_t i = 0; i < 40; ++i) prompt.push_back((i * 131 + 7) % 256);
-  auto r = CompareGreedy(*ref, *test, prompt, 300);
+  auto r = Int8AgainstFp32(*std::move(w), 131, 256, 300, "passkey-4l int8");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->steps, 301);
   EXPECT_GE(r->mean_cosine, 0.9999);
   EXPECT_GE(r->min_cosine, 0.99);
   EXPECT_GE(r->top1_rate(), 0.98);
-  std::printf("passkey-4l int8 (%s kernel) vs f32: min cosine %.6f, mean %.6f, top-1 %lld/%lld\n",
-              Q8KernelIsDot() ? "dot" : "fma", r->min_cosine, r->mean_cosine, static_cast<long long>(r->top1_agree),
-              static_cast<long long>(r->steps));
 }
 
 }  // namespace
