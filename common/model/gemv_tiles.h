@@ -21,8 +21,9 @@ namespace pdserve {
 // VM) takes fewer chunks instead of holding up the others at the end of
 // the region (llama.cpp's matmuls split work the same way). Which thread
 // computes a row changes no bits. The threads are the SpinPool's helpers
-// (spin_pool.h: a region costs ~0.5 us there against 3.5-13 us in
-// OpenMP), or OpenMP's when the pool is busy with another thread's region.
+// (spin_pool.h: a region costs ~1.5 us there against 5-13 us in OpenMP,
+// pdserve-region-bench), or OpenMP's when the pool is busy with another
+// thread's region. body must not throw (it may run on a pool thread).
 template <typename Body>
 void ForEachChunk(int64_t N, int64_t chunk, const Body& body) {
   const int64_t chunks = (N + chunk - 1) / chunk;
