@@ -1,7 +1,8 @@
-// pdserve-region-bench: what one parallel region costs on OpenMP (at::parallel_for, as LibTorch runs it) and on pdserve's spin
-// pool (common/util/spin_pool.h, what a decode step's matmuls use), back to
-// back and after a serial gap (the ops between two matmuls of a decode
-// step, during which OpenMP's idle threads may go to sleep).
+// pdserve-region-bench: what one parallel region costs on OpenMP
+// (at::parallel_for, as LibTorch runs it) and on pdserve's spin pool
+// (common/util/spin_pool.h, what a decode step's matmuls use), back to back
+// and after a serial gap (the ops between two matmuls of a decode step,
+// during which OpenMP's idle threads may go to sleep).
 //
 //   pdserve-region-bench [REPS=4000] [GAPS_US=0,5,20,50,200,1000]
 //
@@ -11,9 +12,10 @@
 // per gap, the mean microseconds past those 5 us and the share of regions
 // in which another thread than the caller ran a chunk (on the pool a helper
 // that wakes late leaves its chunk to the caller instead of holding the
-// region). Threads: all cores (at::get_num_threads()); the OpenMP wait
-// policy is the binaries' default (common/util/omp_env.h) unless the
-// environment sets one. A decode step of the 502M model runs ~49 regions
+// region). Threads: as the engine's --threads 0 (ConfigureThreads:
+// OMP_NUM_THREADS, else all cores); the OpenMP wait policy is the
+// binaries' default (common/util/omp_env.h) unless the environment sets
+// one. A decode step of the 502M model runs ~49 regions
 // (4 per layer and the head).
 #include <ATen/Parallel.h>
 
@@ -27,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/engine/engine.h"
 #include "common/util/omp_env.h"
 #include "common/util/spin_pool.h"
 
@@ -102,10 +105,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "pdserve-region-bench: bad arguments (REPS 1..1000000, GAPS_US like 0,20,200); see --help\n");
     return 2;
   }
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  }
-  const int threads = at::get_num_threads();
+  const int threads = ConfigureThreads(0);
   if (threads < 2) {
     std::fprintf(stderr, "pdserve-region-bench: needs at least 2 threads (at::get_num_threads() = %d)\n", threads);
     return 2;

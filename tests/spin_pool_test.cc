@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -16,22 +16,14 @@ namespace pdserve {
 namespace {
 
 // Runs chunks [0, n) through the pool, as ForEachChunk does; returns how
-// many times each chunk ran and (through *threads) how many distinct
-// threads took chunks.
-std::vector<int> TakeChunks(int helpers, int64_t n, int* threads = nullptr) {
+// many times each chunk ran.
+std::vector<int> TakeChunks(int helpers, int64_t n) {
   auto hits = std::make_unique<std::atomic<int>[]>(n);
   std::atomic<int64_t> next{0};
-  std::mutex mu;
-  std::set<std::thread::id> ids;
   const auto work = [&] {
-    for (int64_t c = next.fetch_add(1); c < n; c = next.fetch_add(1)) {
-      ++hits[c];
-      std::lock_guard<std::mutex> lock(mu);
-      ids.insert(std::this_thread::get_id());
-    }
+    for (int64_t c = next.fetch_add(1); c < n; c = next.fetch_add(1)) ++hits[c];
   };
   EXPECT_TRUE(SpinPool::Get().TryHelp(helpers, work));
-  if (threads != nullptr) *threads = static_cast<int>(ids.size());
   std::vector<int> out(n);
   for (int64_t c = 0; c < n; ++c) out[c] = hits[c].load();
   return out;
@@ -47,12 +39,14 @@ TEST(SpinPoolTest, EveryChunkRunsOnceAndAllCallsReturnFirst) {
 }
 
 // One region whose caller's share blocks (up to 30 s) until a helper has
-// run: only a helper that joined can release it. True if one did.
-bool HelperJoinsWhileCallerWaits() {
+// run: only a helper that joined can release it. on_helper runs on that
+// helper first. True if one did.
+bool HelperJoinsWhileCallerWaits(const std::function<void()>& on_helper = [] {}) {
   std::atomic<bool> helper_ran{false};
   const std::thread::id caller = std::this_thread::get_id();
   const auto work = [&] {
     if (std::this_thread::get_id() != caller) {
+      on_helper();
       helper_ran = true;
       return;
     }
@@ -132,17 +126,9 @@ TEST(SpinPoolTest, ManyCallersInTurnShareThePool) {
 TEST(SpinPoolTest, OnlyPoolThreadsSayTheyAre) {
   EXPECT_FALSE(OnSpinPoolThread());
   std::atomic<int> on_pool{0};
-  const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<bool> helper_ran{false};
-  const auto work = [&] {
-    if (std::this_thread::get_id() == caller) {
-      while (!helper_ran) std::this_thread::yield();
-      return;
-    }
+  ASSERT_TRUE(HelperJoinsWhileCallerWaits([&] {
     if (OnSpinPoolThread()) ++on_pool;
-    helper_ran = true;
-  };
-  ASSERT_TRUE(SpinPool::Get().TryHelp(1, work));
+  }));
   EXPECT_GE(on_pool.load(), 1);
 }
 

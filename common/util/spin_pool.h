@@ -77,7 +77,7 @@ class SpinPool {
 bool OnSpinPoolThread();
 
 // Microseconds an idle helper spins before it sleeps: PDSERVE_POOL_SPIN_US
-// (0-100000), else 200. Read once.
+// (0-100000), else 200. Read once. It always pauses its first 20 us.
 int SpinPoolSpinUs();
 
 // False when PDSERVE_SPIN_POOL=0: TryHelp then refuses every region, and
