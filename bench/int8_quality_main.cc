@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
                    "       [--dtype int8] [--steps 1000]\n"
                    "       [--bf16-matmul widen|dot|...] [--threads N]");
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  auto cfg = pdserve::LoadModelConfig(model_dir.empty() ? absl::GetFlag(FLAGS_config) : model_dir + "/config.json");
-  if (!cfg.ok()) pdserve::Die(cfg.status(), 2);
   if (!absl::GetFlag(FLAGS_matvec_rows).empty()) {
+    auto cfg = pdserve::LoadModelConfig(model_dir.empty() ? absl::GetFlag(FLAGS_config) : model_dir + "/config.json");
+    if (!cfg.ok()) pdserve::Die(cfg.status(), 2);
     auto rows = pdserve::ParseIdList(absl::GetFlag(FLAGS_matvec_rows));
     if (!rows.ok() || rows->empty()) pdserve::Die("--matvec-rows must be a list of row counts", 2);
     at::NoGradGuard no_grad;
@@ -94,24 +94,27 @@ int main(int argc, char** argv) {
   if (!dtype.ok()) pdserve::Die(dtype.status(), 2);
   pdserve::ModelWeights w;
   if (model_dir.empty()) {
+    auto cfg = pdserve::LoadModelConfig(absl::GetFlag(FLAGS_config));
+    if (!cfg.ok()) pdserve::Die(cfg.status(), 2);
     w = pdserve::RandomWeights(*cfg, absl::GetFlag(FLAGS_seed));
   } else {
-    auto loaded = pdserve::LoadCheckpoint(model_dir);  // f32: the reference
+    auto loaded = pdserve::LoadCheckpoint(model_dir);  // f32: the reference; reads config.json once
     if (!loaded.ok()) pdserve::Die(loaded.status(), 2);
     w = *std::move(loaded);
   }
+  const pdserve::ModelConfig cfg = w.config;
   pdserve::ModelWeights wq = w;
   pdserve::ConvertWeights(&wq, *dtype);
   auto ref = pdserve::Engine::FromWeights(std::move(w), *options);
   auto test = pdserve::Engine::FromWeights(std::move(wq), *options);
   std::vector<int64_t> prompt;
-  for (int64_t i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) prompt.push_back((i * 131 + 7) % cfg->vocab_size);
+  for (int64_t i = 0; i < absl::GetFlag(FLAGS_prompt_len); ++i) prompt.push_back((i * 131 + 7) % cfg.vocab_size);
   auto r = pdserve::CompareGreedy(*ref, *test, prompt, absl::GetFlag(FLAGS_steps));
   if (!r.ok()) pdserve::Die(r.status(), 1);
   const std::string source =
       model_dir.empty() ? "seed " + std::to_string(absl::GetFlag(FLAGS_seed)) : "checkpoint " + model_dir;
   std::printf("%s, %s%s vs f32, %s: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
-              cfg->name.c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
+              cfg.name.c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
               *dtype == pdserve::WeightsDtype::kBF16
                   ? (std::string(" (bf16 matmul ") + pdserve::Bf16MatmulName(pdserve::GetBf16Matmul()) + ")").c_str()
                   : "",

@@ -50,7 +50,7 @@ struct Problem {
   }
 };
 
-const int64_t kKs[] = {1, 7, 8, 15, 16, 24, 31, 40, 100, 768};
+const int64_t kKs[] = {1, 7, 8, 15, 16, 24, 31, 32, 40, 48, 63, 100, 768};
 const GemvIsa kIsas[] = {GemvIsa::kAvx2, GemvIsa::kAvx512};
 
 bool Skip(GemvIsa isa) { return !GemvIsaAvailable(isa); }

@@ -39,33 +39,54 @@ inline float Reduce(__m512 acc) {
   return avx2::HorizontalSum(_mm256_add_ps(lo, hi));
 }
 
+// acc[r][m] += 16 weights of row r at k0 times x row m at k0.
+template <int R, int M, typename WT>
+inline void Step(__m512 (&acc)[R][M], const float* x, int64_t K, const WT* w, int64_t k0, int64_t pf) {
+  __m512 xv[M];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * K + k0);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + r * K + k0) + pf, _MM_HINT_T0);
+    const __m512 wv = LoadW(w + r * K + k0);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+  }
+}
+
 // R consecutive weight rows (w, w + K, ...) against M rows of x; outputs
-// y_col[m * ldy + r]. acc[r][m] lane j sums k = j mod 16, as the AVX2 Row.
+// y_col[m * ldy + r], in gemv_kernels.h's summation order (two chains:
+// even and odd 16-wide blocks of k). Up to 16 accumulators the chains run
+// interleaved: one chain of bf16 weights is bound by the FMA latency (~32
+// bytes per 4 cycles), below what a core reads from DRAM. Past that, one
+// after the other, the second reading the R rows again from L1; the
+// compiler parks a few of chain 0's sums on the stack. The same bits either
+// way, and the AVX2 Row's (a chain's lanes 0-7 / 8-15 are its lo / hi).
 template <int R, int M, typename WT>
 void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
-  __m512 acc[R][M];
+  __m512 acc0[R][M], acc1[R][M];
 #pragma GCC unroll 16
-  for (int i = 0; i < R * M; ++i) acc[i / M][i % M] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    __m512 xv[M];
-#pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * K + k);
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + r * K + k) + pf, _MM_HINT_T0);
-      const __m512 wv = LoadW(w + r * K + k);
-#pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(wv, xv[m], acc[r][m]);
+  for (int i = 0; i < R * M; ++i) acc0[i / M][i % M] = acc1[i / M][i % M] = _mm512_setzero_ps();
+  const int64_t nb = K / 16;
+  if constexpr (2 * R * M <= 16) {
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      Step<R, M>(acc0, x, K, w, 16 * b, pf);
+      Step<R, M>(acc1, x, K, w, 16 * b + 16, pf);
     }
+    if (b < nb) Step<R, M>(acc0, x, K, w, 16 * b, pf);
+  } else {
+    for (int64_t b = 0; b < nb; b += 2) Step<R, M>(acc0, x, K, w, 16 * b, pf);
+    for (int64_t b = 1; b < nb; b += 2) Step<R, M>(acc1, x, K, w, 16 * b, 0);
   }
+  int64_t k = 16 * nb;
   if (k + 8 <= K) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512 wv = LoadW8(w + r * K + k);
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
-        acc[r][m] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(0xFF, x + m * K + k), acc[r][m], 0xFF);
+        acc1[r][m] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(0xFF, x + m * K + k), acc1[r][m], 0xFF);
       }
     }
     k += 8;
@@ -74,7 +95,7 @@ void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, in
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) {
-      float s = Reduce(acc[r][m]);
+      float s = Reduce(_mm512_add_ps(acc0[r][m], acc1[r][m]));
       for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * ScalarW(w[r * K + kk]);
       y_col[m * ldy + r] = s;
     }
@@ -86,8 +107,7 @@ void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float*
   // Weight rows per pass. bf16 weights against one row of x: one weight row
   // at a time, read whole and in order (as gemv_bf16dot.cc; four
   // interleaved rows streamed slower from DRAM, docs/benchmarks.md section
-  // 35). fp32 rows keep four at once: one row's chain of FMAs alone ran
-  // slower there.
+  // 35). Otherwise four, which loads each x vector once per four FMAs.
   constexpr int R = M == 1 && std::is_same_v<WT, uint16_t> ? 1 : 4;
   const int64_t pf = GemvPrefetchBytes();
   int64_t n = n0;

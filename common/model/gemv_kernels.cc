@@ -21,38 +21,56 @@ inline __m256 LoadW(const uint16_t* p) { return avx2::Load8(p); }
 inline float ScalarW(float w) { return w; }
 inline float ScalarW(uint16_t w) { return avx2::Load1(&w); }
 
-// One weight row against M rows of x. Rows are streamed one at a time:
-// interleaving several weight rows measured 1.2-1.6x slower on this machine
-// (docs/benchmarks.md). Two accumulators per x row (even and odd 8-wide
-// blocks of k), for every M: with one, a bf16 row is bound by the FMA
-// latency chain (~16 bytes per 4-5 cycles) rather than by memory; with
-// more, M = 4 spills registers. The summation order of a row must not
-// depend on how many rows share the pass, or a sequence's tokens would
-// depend on its decode batch.
+// lo[m] / hi[m] += 8 + 8 weights at k0 times x row m at k0.
+template <int M, typename WT>
+inline void Step(__m256 (&lo)[M], __m256 (&hi)[M], const float* x, int64_t K, const WT* w, int64_t k0,
+                 int64_t pf) {
+  if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + k0) + pf, _MM_HINT_T0);
+  const __m256 w0 = LoadW(w + k0), w1 = LoadW(w + k0 + 8);
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+    lo[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k0), lo[m]);
+    hi[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * K + k0 + 8), hi[m]);
+  }
+}
+
+// One weight row against M rows of x, in gemv_kernels.h's summation order
+// (two chains, even and odd 16-wide blocks of k, each chain two
+// accumulators: lo and hi, the 8-wide halves of a block). Rows are streamed
+// one at a time: interleaving several weight rows measured 1.2-1.6x slower
+// on this machine (docs/benchmarks.md). For M <= 2 the chains run
+// interleaved (with one, a bf16 row is bound by the FMA latency, ~16 bytes
+// per 4-5 cycles, rather than by memory); past that, one after the other
+// (the row is in L1 for the second), as 16 ymm registers cannot hold them
+// all.
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
-  __m256 acc0[M], acc1[M];
+  __m256 lo0[M], hi0[M], lo1[M], hi1[M];
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m) acc0[m] = acc1[m] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= K; k += 16) {
-    if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(w + k) + pf, _MM_HINT_T0);
-    const __m256 w0 = LoadW(w + k), w1 = LoadW(w + k + 8);
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-      acc0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), acc0[m]);
-      acc1[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * K + k + 8), acc1[m]);
+  for (int m = 0; m < M; ++m) lo0[m] = hi0[m] = lo1[m] = hi1[m] = _mm256_setzero_ps();
+  const int64_t nb = K / 16;
+  if constexpr (M <= 2) {
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
+      Step<M>(lo1, hi1, x, K, w, 16 * b + 16, pf);
     }
+    if (b < nb) Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
+  } else {
+    for (int64_t b = 0; b < nb; b += 2) Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
+    for (int64_t b = 1; b < nb; b += 2) Step<M>(lo1, hi1, x, K, w, 16 * b, 0);
   }
+  int64_t k = 16 * nb;
   if (k + 8 <= K) {
     const __m256 w0 = LoadW(w + k);
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), acc0[m]);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) lo1[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), lo1[m]);
     k += 8;
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 4
   for (int m = 0; m < M; ++m) {
-    float s = HorizontalSum(_mm256_add_ps(acc0[m], acc1[m]));
+    const __m256 lo = _mm256_add_ps(lo0[m], lo1[m]), hi = _mm256_add_ps(hi0[m], hi1[m]);
+    float s = HorizontalSum(_mm256_add_ps(lo, hi));
     for (int64_t kk = k; kk < K; ++kk) s += x[m * K + kk] * ScalarW(w[kk]);
     y_col[m * ldy] = s;
   }

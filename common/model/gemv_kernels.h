@@ -46,7 +46,15 @@ int64_t GemvPrefetchBytes();
 int64_t GemvTileRows(int64_t row_bytes);
 
 // For output columns n in [n0, n1): y[m * ldy + n] = sum_k x[m * K + k] * W[n * K + k],
-// m < M <= kGemvMaxRows. W is fp32, or bf16 as raw uint16 (upper half of an fp32).
+// m < M <= kGemvMaxRows.
+// Summation order, the same in both builds and for every M (so a row's bits
+// depend neither on the ISA nor on its decode batch): the K / 16 whole
+// 16-wide blocks of k go to two chains of 16 fp32 lanes, even-numbered
+// blocks to chain 0 and odd ones to chain 1, each chain in order of k (two
+// chains: one is bound by the FMA latency); an 8-wide block after them goes
+// into chain 1's lanes 0-7. Then chain 0 + chain 1 lane by lane, lanes i +
+// i + 8, the tree of avx2::HorizontalSum, and the last K mod 8 products one
+// by one. W is fp32, or bf16 as raw uint16 (upper half of an fp32).
 // Without `isa`: GemvDefaultIsa().
 void GemvF32(const float* x, int64_t M, int64_t K, const float* W, int64_t n0, int64_t n1, float* y,
              int64_t ldy, GemvIsa isa);
