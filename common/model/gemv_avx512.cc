@@ -5,6 +5,11 @@
 #include <type_traits>
 
 #include "common/model/avx2_util.h"
+// Under this file's target ISA, so that its template inlines the AVX-512 steps below.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#include "common/model/gemv_chains.h"
+#pragma GCC pop_options
 #include "common/model/gemv_kernels.h"
 
 namespace pdserve {
@@ -55,30 +60,21 @@ inline void Step(__m512 (&acc)[R][M], const float* x, int64_t K, const WT* w, in
 }
 
 // R consecutive weight rows (w, w + K, ...) against M rows of x; outputs
-// y_col[m * ldy + r], in gemv_kernels.h's summation order (two chains:
-// even and odd 16-wide blocks of k). Up to 16 accumulators the chains run
-// interleaved: one chain of bf16 weights is bound by the FMA latency (~32
-// bytes per 4 cycles), below what a core reads from DRAM. Past that, one
-// after the other, the second reading the R rows again from L1; the
-// compiler parks a few of chain 0's sums on the stack. The same bits either
-// way, and the AVX2 Row's (a chain's lanes 0-7 / 8-15 are its lo / hi).
+// y_col[m * ldy + r], in gemv_kernels.h's summation order (gemv_chains.h's
+// schedule). Up to 16 accumulators the chains run interleaved: one chain of
+// bf16 weights is bound by the FMA latency (~32 bytes per 4 cycles), below
+// what a core reads from DRAM. Past that, one after the other; the compiler
+// parks a few of chain 0's sums on the stack. The same bits either way, and
+// the AVX2 Row's (a chain's lanes 0-7 / 8-15 are its lo / hi).
 template <int R, int M, typename WT>
 void Block(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
   __m512 acc0[R][M], acc1[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R * M; ++i) acc0[i / M][i % M] = acc1[i / M][i % M] = _mm512_setzero_ps();
   const int64_t nb = K / 16;
-  if constexpr (2 * R * M <= 16) {
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      Step<R, M>(acc0, x, K, w, 16 * b, pf);
-      Step<R, M>(acc1, x, K, w, 16 * b + 16, pf);
-    }
-    if (b < nb) Step<R, M>(acc0, x, K, w, 16 * b, pf);
-  } else {
-    for (int64_t b = 0; b < nb; b += 2) Step<R, M>(acc0, x, K, w, 16 * b, pf);
-    for (int64_t b = 1; b < nb; b += 2) Step<R, M>(acc1, x, K, w, 16 * b, 0);
-  }
+  gemv_chains::ForEachBlock<2 * R * M <= 16>(
+      nb, pf, [&](int64_t k0, int64_t p) { Step<R, M>(acc0, x, K, w, k0, p); },
+      [&](int64_t k0, int64_t p) { Step<R, M>(acc1, x, K, w, k0, p); });
   int64_t k = 16 * nb;
   if (k + 8 <= K) {
 #pragma GCC unroll 4

@@ -6,6 +6,11 @@
 #include <cstdlib>
 
 #include "common/model/avx2_util.h"
+// Under this file's target ISA, so that its template inlines the AVX2 steps below.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#include "common/model/gemv_chains.h"
+#pragma GCC pop_options
 #include "common/model/gemv_avx512.h"
 #include "common/util/cpu_features.h"
 
@@ -35,31 +40,22 @@ inline void Step(__m256 (&lo)[M], __m256 (&hi)[M], const float* x, int64_t K, co
 }
 
 // One weight row against M rows of x, in gemv_kernels.h's summation order
-// (two chains, even and odd 16-wide blocks of k, each chain two
-// accumulators: lo and hi, the 8-wide halves of a block). Rows are streamed
-// one at a time: interleaving several weight rows measured 1.2-1.6x slower
-// on this machine (docs/benchmarks.md). For M <= 2 the chains run
-// interleaved (with one, a bf16 row is bound by the FMA latency, ~16 bytes
-// per 4-5 cycles, rather than by memory); past that, one after the other
-// (the row is in L1 for the second), as 16 ymm registers cannot hold them
-// all.
+// (gemv_chains.h's schedule; each chain two accumulators: lo and hi, the
+// 8-wide halves of a block). Rows are streamed one at a time: interleaving
+// several weight rows measured 1.2-1.6x slower on this machine
+// (docs/benchmarks.md). For M <= 2 the chains run interleaved (with one, a
+// bf16 row is bound by the FMA latency, ~16 bytes per 4-5 cycles, rather
+// than by memory); past that, one after the other, as 16 ymm registers
+// cannot hold them all.
 template <int M, typename WT>
 void Row(const float* x, int64_t K, const WT* w, float* y_col, int64_t ldy, int64_t pf) {
   __m256 lo0[M], hi0[M], lo1[M], hi1[M];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) lo0[m] = hi0[m] = lo1[m] = hi1[m] = _mm256_setzero_ps();
   const int64_t nb = K / 16;
-  if constexpr (M <= 2) {
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) {
-      Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
-      Step<M>(lo1, hi1, x, K, w, 16 * b + 16, pf);
-    }
-    if (b < nb) Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
-  } else {
-    for (int64_t b = 0; b < nb; b += 2) Step<M>(lo0, hi0, x, K, w, 16 * b, pf);
-    for (int64_t b = 1; b < nb; b += 2) Step<M>(lo1, hi1, x, K, w, 16 * b, 0);
-  }
+  gemv_chains::ForEachBlock<M <= 2>(
+      nb, pf, [&](int64_t k0, int64_t p) { Step<M>(lo0, hi0, x, K, w, k0, p); },
+      [&](int64_t k0, int64_t p) { Step<M>(lo1, hi1, x, K, w, k0, p); });
   int64_t k = 16 * nb;
   if (k + 8 <= K) {
     const __m256 w0 = LoadW(w + k);
