@@ -11,7 +11,9 @@
 // 4 rows of x while it sits in L2, so DRAM sees each weight once per call.
 //
 // bf16dot: x rounded to bf16 per call, then vdpbf16ps (gemv_bf16dot.h, the
-// --bf16-matmul dot path), where the CPU has AVX512-BF16.
+// --bf16-matmul dot path), where the CPU has AVX512-BF16. bf16km: the
+// k-major pack of --bf16-matmul kmajor (gemv_kmajor.h), every row of x in
+// one call (its own register blocking; no tiles).
 //
 // int8 (Q8_0, gemv_q8.h): i8fma (GemvQ8Fma, one build) and i8dot (x
 // quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
@@ -29,6 +31,7 @@
 
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
 
 namespace pdserve {
@@ -90,9 +93,10 @@ Sample TimeQ8(const Shape& s, int64_t M, bool dot, GemvIsa isa, const std::vecto
 
 // Times `calls` calls over distinct copies of one [N, K] fp32 or bf16
 // weight; bf16 `dot`: x rounded to bf16 once per call, then the dot kernel.
-Sample Time(const Shape& s, bool bf16, bool dot, int64_t M, GemvIsa isa, const std::vector<char>& pool,
+Sample Time(const Shape& s, bool bf16, bool dot, bool kmajor, int64_t M, GemvIsa isa, const std::vector<char>& pool,
             const std::vector<float>& x, std::vector<float>& y) {
-  const int64_t row_bytes = s.K * (bf16 ? 2 : 4), bytes = s.N * row_bytes;
+  const int64_t row_bytes = s.K * (bf16 ? 2 : 4);
+  const int64_t bytes = kmajor ? KMajorElements(s.N, s.K) * 2 : s.N * row_bytes;
   std::vector<uint16_t> xb(dot ? M * Bf16DotStride(s.K) : 0);
   const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
   const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
@@ -101,6 +105,10 @@ Sample Time(const Shape& s, bool bf16, bool dot, int64_t M, GemvIsa isa, const s
     const char* w = pool.data() + (c % copies) * bytes;
     const auto* wb = reinterpret_cast<const uint16_t*>(w);
     if (dot) RoundRowsToBf16(x.data(), M, s.K, xb.data());
+    if (kmajor) {
+      GemvBf16KMajor(x.data(), M, s.K, wb, s.N, 0, s.N, y.data(), s.N, isa);
+      continue;
+    }
     Schedule(M, s.N, row_bytes, [&](int64_t m, int64_t rows, int64_t n0, int64_t n1) {
       float* ym = y.data() + m * s.N;
       if (dot) {
@@ -170,8 +178,8 @@ int Main(int argc, char** argv) {
   std::printf("%-20s %-7s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (const char* dtype : {"f32", "bf16", "bf16dot", "i8fma", "i8dot"}) {
-      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
+    for (const char* dtype : {"f32", "bf16", "bf16km", "bf16dot", "i8fma", "i8dot"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', kmajor = std::strcmp(dtype, "bf16km") == 0;
       const bool dot = q8 ? dtype[2] == 'd' : std::strcmp(dtype, "bf16dot") == 0;
       if (dot && !q8 && !GemvBf16DotAvailable()) continue;
       // i8fma: one build (gemv_q8.h, AVX2), listed once; bf16dot: AVX-512 only.
@@ -182,7 +190,7 @@ int Main(int argc, char** argv) {
         for (int r = 0; r < rounds; ++r) {
           for (size_t i = 0; i < dtype_isas.size(); ++i) {
             got[i].push_back(q8 ? TimeQ8(s, M, dot, dtype_isas[i], pool, x, y)
-                                : Time(s, bf16, dot, M, dtype_isas[i], pool, x, y));
+                                : Time(s, bf16, dot, kmajor, M, dtype_isas[i], pool, x, y));
           }
         }
         for (size_t i = 0; i < dtype_isas.size(); ++i) Print(s, dtype, M, GemvIsaName(dtype_isas[i]), got[i]);

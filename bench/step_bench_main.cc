@@ -24,10 +24,15 @@
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
 #include "common/util/omp_env.h"
+#include "common/model/kmajor_packs.h"
 
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
 ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");
 ABSL_FLAG(int64_t, prompt_len, 16, "Prompt tokens of each sequence.");
+ABSL_FLAG(bool, alternate_kmajor, false,
+          "With --bf16-matmul kmajor: time each batch size twice in a row, first with the row-major matrices "
+          "(widen's decode kernels) then with the k-major packs, in this one process: a comparison that a noisy "
+          "machine's drift between runs does not swamp. Give a batch size several times for several pairs.");
 
 namespace {
 
@@ -45,6 +50,32 @@ double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, double elem
   return (c.n_layers * layer + d * c.vocab_size) * elem;
 }
 
+// B sequences with short prompts, then ms per step of `steps` batched
+// decode steps (after 2 untimed ones). Dies on an engine error.
+double TimeSteps(const pdserve::Engine& e, int64_t b, int64_t steps, int64_t prompt_len) {
+  const pdserve::ModelConfig& c = e.config();
+  std::vector<std::unique_ptr<pdserve::Sequence>> seqs;
+  std::vector<pdserve::Sequence*> ptrs;
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < b; ++i) {
+    seqs.push_back(e.NewSequence());
+    std::vector<int64_t> prompt;
+    for (int64_t t = 0; t < prompt_len; ++t) prompt.push_back((t * 131 + i * 17 + 3) % c.vocab_size);
+    auto logits = e.Prefill(seqs.back().get(), prompt);
+    if (!logits.ok()) pdserve::Die(logits.status(), 1);
+    ptrs.push_back(seqs.back().get());
+    tokens.push_back(e.Sample(*logits, {}, 0));
+  }
+  Clock::time_point t0;
+  for (int64_t s = 0; s < steps + 2; ++s) {
+    if (s == 2) t0 = Clock::now();
+    auto logits = e.DecodeStep(ptrs, tokens);
+    if (!logits.ok()) pdserve::Die(logits.status(), 1);
+    for (int64_t i = 0; i < b; ++i) tokens[i] = e.Sample((*logits)[i], {}, static_cast<uint64_t>(s + 1));
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +83,7 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
                    "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16|int8] [--batch-sizes 1,2,4,8,16,32]\n"
-                   "       [--steps 16] [--prompt-len 16] [--threads 0]");
+                   "       [--steps 16] [--prompt-len 16] [--threads 0] [--bf16-matmul kmajor [--alternate-kmajor]]");
   auto flags = pdserve::EngineFlagsFromCommandLine();
   if (!flags.ok()) pdserve::Die(flags.status(), 2);
   const pdserve::EngineOptions& eo = flags->options;
@@ -71,35 +102,21 @@ int main(int argc, char** argv) {
 
   std::printf("%s, %s weights, %d threads, %lld steps per point\n", c.name.c_str(),
               absl::GetFlag(FLAGS_weights_dtype).c_str(), at::get_num_threads(), static_cast<long long>(steps));
-  std::printf("%5s %10s %10s %10s %12s %10s\n", "batch", "ms/step", "tok/s", "x batch 1", "weights MB", "GB/s");
+  const bool alternate = absl::GetFlag(FLAGS_alternate_kmajor);
+  std::printf("%5s %10s %10s %10s %12s %10s%s\n", "batch", "ms/step", "tok/s", "x batch 1", "weights MB", "GB/s",
+              alternate ? "  kernels" : "");
   double base = 0;
   for (int64_t b : *sizes) {
-    std::vector<std::unique_ptr<pdserve::Sequence>> seqs;
-    std::vector<pdserve::Sequence*> ptrs;
-    std::vector<int64_t> tokens;
-    for (int64_t i = 0; i < b; ++i) {
-      seqs.push_back(e.NewSequence());
-      std::vector<int64_t> prompt;
-      for (int64_t t = 0; t < prompt_len; ++t) prompt.push_back((t * 131 + i * 17 + 3) % c.vocab_size);
-      auto logits = e.Prefill(seqs.back().get(), prompt);
-      if (!logits.ok()) pdserve::Die(logits.status(), 1);
-      ptrs.push_back(seqs.back().get());
-      tokens.push_back(e.Sample(*logits, {}, 0));
+    for (int pass = 0; pass < (alternate ? 2 : 1); ++pass) {
+      if (alternate) pdserve::SetKMajorPacksInUse(pass == 1);
+      const double ms = TimeSteps(e, b, steps, prompt_len);
+      const double tps = 1000.0 * b / ms;
+      if (base == 0) base = tps;
+      const double bytes = StepWeightBytes(c, b, elem);
+      std::printf("%5lld %10.1f %10.1f %10.2f %12.0f %10.1f%s\n", static_cast<long long>(b), ms, tps, tps / base,
+                  bytes / 1e6, bytes / ms / 1e6, alternate ? (pass == 1 ? "  kmajor" : "  rows") : "");
+      std::fflush(stdout);
     }
-    Clock::time_point t0;
-    for (int64_t s = 0; s < steps + 2; ++s) {
-      if (s == 2) t0 = Clock::now();
-      auto logits = e.DecodeStep(ptrs, tokens);
-      if (!logits.ok()) pdserve::Die(logits.status(), 1);
-      for (int64_t i = 0; i < b; ++i) tokens[i] = e.Sample((*logits)[i], {}, static_cast<uint64_t>(s + 1));
-    }
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
-    const double tps = 1000.0 * b / ms;
-    if (base == 0) base = tps;
-    const double bytes = StepWeightBytes(c, b, elem);
-    std::printf("%5lld %10.1f %10.1f %10.2f %12.0f %10.1f\n", static_cast<long long>(b), ms, tps, tps / base,
-                bytes / 1e6, bytes / ms / 1e6);
-    std::fflush(stdout);
   }
   return 0;
 }

@@ -22,7 +22,8 @@
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
 # AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
-# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). The F32 prefill rows,
+# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"), and the BF16 decode rows
+# with --bf16-matmul kmajor (exact products from k-major copies packed at load; " kmajor"). The F32 prefill rows,
 # and the BF16 ones on the exact path (--bf16-matmul widen), also run with --f32-packed-weights
 # (weights packed at load as fp32 for oneDNN; tool names end in " packed").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
@@ -118,6 +119,11 @@ make_models() {
 # The help text is read whole: with `| grep -q` and pipefail, grep's early exit could SIGPIPE the
 # bench and turn a yes into a no (it dropped every pdserve int8 row of one run).
 pd_int8_supported() { [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *int8* ]]; }
+# --bf16-matmul kmajor runs where pdserve knows the choice (its kernels need AVX2+FMA).
+bf16_kmajor_supported() {
+  grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor (prefill"* ]]
+}
+
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
 bf16_dot_supported() {
   grep -qw avx512_bf16 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
@@ -210,6 +216,13 @@ run_decode_rows() {
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
+  # --bf16-matmul kmajor: exact products from k-major packs made at load (any AVX2 CPU).
+  if bf16_kmajor_supported; then
+    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_decode "$r" decode_d32_bf16 bf16 32 64
+    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_step "$r" decode_d32_bf16 bf16 1
+    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_decode "$r" decode_d4096_bf16 bf16 4096 32
+    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_step "$r" decode_b16_bf16 bf16 16
+  fi
   if bf16_dot_supported; then
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_bf16 bf16 32 64
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_d32_bf16 bf16 1

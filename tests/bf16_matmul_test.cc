@@ -53,7 +53,9 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
     EXPECT_NE(parsed.message().find("avx512_bf16"), std::string::npos) << parsed;
     EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kDot).code(), absl::StatusCode::kFailedPrecondition);
   }
-  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot}) {
+  EXPECT_EQ(ParseBf16Matmul("kmajor").value(), Bf16Matmul::kKMajor);  // any CPU: without AVX2 it packs nothing
+  for (Bf16Matmul mode :
+       {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot, Bf16Matmul::kKMajor}) {
     const auto parsed = ParseBf16Matmul(Bf16MatmulName(mode));
     if (parsed.ok()) {
       EXPECT_EQ(*parsed, mode) << Bf16MatmulName(mode);

@@ -4,6 +4,7 @@
 #include "common/model/gemm_dnnl.h"
 #include "common/model/checkpoint.h"
 #include "common/model/gemv_bf16dot.h"
+#include "common/model/gemv_kernels.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -235,6 +236,39 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
 }
 
+// --bf16-matmul kmajor: the packs made at load are what decode reads (the
+// logits move off widen's in the last bits, not more), and every output is
+// one FMA chain over k at any batch size: one sequence alone and in a batch
+// of 6 or 17 (past the kernel's 8-row passes) give the same bits, and so
+// do prompts prefilled together (up to 32 rows: the decode kernels).
+TEST(EngineBf16KMajorTest, PacksAreReadAndBatchesKeepTheBits) {
+  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: no decode kernels to read the packs";
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  const auto load = [] {
+    ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
+    ConvertWeights(&w, WeightsDtype::kBF16);
+    return Engine::FromWeights(std::move(w));
+  };
+  const auto last_logits = [](const Engine& engine) {
+    auto seq = engine.NewSequence();
+    auto logits = engine.Prefill(seq.get(), Prompt(20));
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    return logits.ok() ? *logits : at::Tensor();
+  };
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
+  const at::Tensor widened = last_logits(*load());
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
+  const std::unique_ptr<Engine> engine = load();
+  const at::Tensor kmajor = last_logits(*engine);
+  EXPECT_FALSE(at::equal(kmajor, widened));
+  EXPECT_TRUE(at::allclose(kmajor, widened, /*rtol=*/1e-4, /*atol=*/1e-4))
+      << "max diff " << (kmajor - widened).abs().max().item<float>();
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 17);
+}
+
 // Bit for bit: a prompt prefilled as one segment of a batched forward
 // leaves the same K/V and last logits as prefilled alone (the prefill
 // worker batches whatever is queued, and the decode worker continues from
@@ -288,6 +322,18 @@ TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
   // longer than 32 tokens among them.
   EXPECT_EQ(engine->ExactPrefillBatchTokens(), engine->options().prefill_chunk);
   ExpectBatchedPrefillEqualsAlone(*engine, {12, 23, 5, 16, 27, 9, 40, 33, 2, 1});
+}
+
+TEST(EngineBf16KMajorTest, BatchedPrefillMatchesAloneExactly) {
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
+  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
+  ConvertWeights(&w, WeightsDtype::kBF16);
+  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
+  EXPECT_EQ(engine->ExactPrefillBatchTokens(), 32);
+  ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
 }
 
 // A hook that fails stops only its own prompt; the others finish with the

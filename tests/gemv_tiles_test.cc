@@ -74,6 +74,8 @@ TEST(GemvTilesTest, ChunkRowsScaleWithThreads) {
   EXPECT_EQ(GemvChunkRows(768), 48);
   EXPECT_EQ(GemvChunkRows(100), 16);  // at least 16 rows
   EXPECT_EQ(GemvChunkRows(128000), 8000);
+  EXPECT_EQ(GemvChunkRows(768, 32), 64);  // whole k-major groups
+  EXPECT_EQ(GemvChunkRows(3072, 32), 192);
 }
 
 TEST(GemvTilesTest, TilesAreAboutL2SizedInWholeBlocksOfFourRows) {

@@ -18,6 +18,9 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
 #include "common/model/gemm_dnnl.h"
+#include "common/model/gemv_kernels.h"
+#include "common/model/kmajor_packs.h"
+#include "common/model/transformer.h"
 #include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
 
@@ -91,6 +94,29 @@ TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
   }
   EXPECT_GE(on.packed_f32_bytes, layer_matmul_bytes);
   EXPECT_GE(on.packed_f32_bytes, packs.bytes());
+}
+
+// --bf16-matmul kmajor with bf16 weights: the k-major packs are counted,
+// at least the bytes of every bf16 matmul weight but the embedding (the
+// head's pack is the tied embedding's), and exactly what the engine packs.
+TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
+  const ModelConfig c = Tiny();
+  const MemoryEstimate widen = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden);
+  const MemoryEstimate kmajor = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor);
+  EXPECT_EQ(widen.kmajor_bytes, 0);
+  EXPECT_EQ(EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor).kmajor_bytes, 0);
+  EXPECT_GE(kmajor.kmajor_bytes, kmajor.weights_bf16_bytes);
+  EXPECT_EQ(kmajor.total(), widen.total() + kmajor.kmajor_bytes);
+  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: the engine makes no packs to compare with";
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
+  ModelWeights w = RandomWeights(c, 1);
+  ConvertWeights(&w, WeightsDtype::kBF16);
+  const Transformer model(std::move(w));
+  ASSERT_NE(model.kmajor_packs(), nullptr);
+  EXPECT_EQ(model.kmajor_packs()->bytes(), kmajor.kmajor_bytes);
 }
 
 TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {

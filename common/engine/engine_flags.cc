@@ -27,7 +27,10 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
           "GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
           "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (prefill only: bf16 activations "
           "and outputs through oneDNN; changes numerics), dot (prefill and decode: activations rounded to bf16, "
-          "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics) or auto (split where "
+          "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics), kmajor (prefill as "
+          "widen; decode: exact fp32 products from a k-major copy of each bf16 matrix made at load, register-"
+          "blocked across a batch's rows: faster decode, for as much memory again as the bf16 weights; a "
+          "different summation order, so logits differ from widen's in the last bits) or auto (split where "
           "the CPU runs the amx ISA, see PDSERVE_ISA, else widen). split and amx are refused at start on CPUs "
           "without AMX-BF16, dot on CPUs without AVX512-BF16.");
 

@@ -11,6 +11,7 @@
 #include "common/kv/mixed_kv_cache.h"
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemm_amx.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/prefill_attention.h"
@@ -55,6 +56,17 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
     case Bf16Matmul::kAmxSplit: return !AmxSplitSupported(1, N, K);
     default: return true;
   }
+}
+
+// The k-major packs of Transformer::PackKMajor: q|kv, o, each expert's
+// gate|up and down, the shared ones, the head.
+int64_t KMajorPackBytes(const ModelConfig& c) {
+  const auto pack = [](int64_t N, int64_t K) { return 2 * KMajorElements(N, K); };
+  const int64_t D = c.d_model, F = c.expert_hidden, hd = c.head_dim;
+  const int64_t expert = pack(2 * F, D) + pack(D, F);
+  const int64_t layer = pack((c.n_heads + 2 * c.n_kv_heads) * hd, D) + pack(D, c.n_heads * hd) +
+                        (c.n_experts + c.n_shared_experts) * expert;
+  return c.n_layers * layer + pack(c.vocab_size, D);
 }
 
 // Attention of T query rows against S keys: the fused kernel's fp32 K^T
@@ -102,6 +114,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       e.weights_f32_bytes += 4 * n;
     }
   }
+  if (weights_dtype == WeightsDtype::kBF16 && bf16_matmul == Bf16Matmul::kKMajor) e.kmajor_bytes = KMajorPackBytes(c);
   // One buffer per calling thread (a prefill and a decode worker).
   e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
@@ -154,6 +167,7 @@ std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
   return absl::StrCat("memory estimate ", Bytes(e.total()), ": weights ", Bytes(e.weights_f32_bytes), " f32 + ",
                       Bytes(e.weights_bf16_bytes), " bf16, f32 copies of bf16 weights ", Bytes(e.widened_f32_bytes),
                       e.packed_f32_bytes > 0 ? absl::StrCat(", packed f32 weights ", Bytes(e.packed_f32_bytes)) : "",
+                      e.kmajor_bytes > 0 ? absl::StrCat(", k-major bf16 packs ", Bytes(e.kmajor_bytes)) : "",
                       ", KV budget ", Bytes(e.kv_budget_bytes), ", workspace ", Bytes(e.workspace_bytes), "; limit ",
                       limit.bytes < 0 ? std::string("none") : Bytes(limit.bytes),
                       limit.source.empty() ? "" : absl::StrCat(" (", limit.source, ")"));

@@ -52,20 +52,22 @@ const char* Bf16MatmulName(Bf16Matmul mode) {
     case Bf16Matmul::kAmx: return "amx";
     case Bf16Matmul::kAmxSplit: return "split";
     case Bf16Matmul::kDot: return "dot";
+    case Bf16Matmul::kKMajor: return "kmajor";
     default: return "widen";
   }
 }
 
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name) {
   if (name == "auto") return DefaultBf16Matmul();
-  for (Bf16Matmul mode : {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot}) {
+  for (Bf16Matmul mode :
+       {Bf16Matmul::kWiden, Bf16Matmul::kAmxSplit, Bf16Matmul::kAmx, Bf16Matmul::kDot, Bf16Matmul::kKMajor}) {
     if (name != Bf16MatmulName(mode)) continue;
     const std::string missing = MissingFeature(mode);
     if (!missing.empty()) return absl::FailedPreconditionError(missing);
     return mode;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, split, amx, dot or auto)"));
+      absl::StrCat("unknown bf16 matmul \"", std::string(name), "\" (widen, split, amx, dot, kmajor or auto)"));
 }
 
 absl::Status SetBf16Matmul(Bf16Matmul mode) {
@@ -87,7 +89,7 @@ at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w) {
     case Bf16Matmul::kAmx: return LinearBf16Amx(x, w);
     case Bf16Matmul::kAmxSplit: return LinearBf16Split(x, w);
     case Bf16Matmul::kDot: return LinearBf16Dot(x, w);
-    default: return LinearBf16Widened(x, w);
+    default: return LinearBf16Widened(x, w);  // kWiden, kKMajor
   }
 }
 

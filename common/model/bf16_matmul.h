@@ -3,7 +3,7 @@
 // runs the amx ISA, common/util/cpu_features.h):
 //   Bf16Matmul         kWiden (exact), kAmxSplit (exact, AMX), kAmx or kDot
 //                      (both opt-in: they round activations to bf16)
-//   ParseBf16Matmul    "widen" | "split" | "amx" | "dot" | "auto"
+//   ParseBf16Matmul    "widen" | "split" | "amx" | "dot" | "kmajor" | "auto"
 //   DefaultBf16Matmul  what "auto" picks: split where HostIsa() is amx, else
 //                      widen; the process default until SetBf16Matmul
 //   SetBf16Matmul      process-wide choice; an AMX path without AMX is refused
@@ -25,6 +25,11 @@
 //                      so a row's bits do not depend on prefill or decode).
 //                      Needs AVX512_BF16; opt-in like amx, for the speed of
 //                      llama.cpp's BF16 path on CPUs without AMX.
+//   kKMajor            prefill as kWiden; decode rows (Linear's up to
+//                      kGemvMaxBatchRows) read a k-major copy of each matrix
+//                      packed at load (kmajor_packs.h, gemv_kmajor.h): exact
+//                      products, one FMA chain per output, batch invariant;
+//                      opt-in for its memory (the bf16 weights twice).
 #pragma once
 
 #include <string_view>
@@ -36,7 +41,7 @@
 
 namespace pdserve {
 
-enum class Bf16Matmul { kWiden, kAmx, kAmxSplit, kDot };
+enum class Bf16Matmul { kWiden, kAmx, kAmxSplit, kDot, kKMajor };
 
 // InvalidArgument for an unknown name. "auto" is DefaultBf16Matmul();
 // "amx" or "split" on a CPU without AMX, or "dot" without AVX512_BF16, is

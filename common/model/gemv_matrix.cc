@@ -7,8 +7,10 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
+#include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
 
 namespace pdserve {
@@ -26,7 +28,9 @@ GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e) {
   const int64_t cols = q8 ? last / kQ8BlockBytes * kQ8Block : last;
   const char* base = static_cast<const char*>(w.data_ptr());
   const int64_t offset = stacked ? e * rows * last * static_cast<int64_t>(w.element_size()) : 0;
-  return {base + offset, w.scalar_type() == at::kBFloat16, q8, rows, cols};
+  const bool bf16 = w.scalar_type() == at::kBFloat16;
+  const KMajorPacks* packs = bf16 ? CurrentKMajorPacks() : nullptr;
+  return {base + offset, bf16, q8, rows, cols, packs != nullptr ? packs->Find(base + offset, rows, cols) : nullptr};
 }
 
 GemvX GemvX::From(int64_t m, int64_t K) const {
@@ -58,7 +62,9 @@ GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* 
 }
 
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
+  if (w.kmajor != nullptr) {
+    GemvBf16KMajor(x, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
+  } else if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
     GemvBf16Dot(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
   } else if (w.bf16) {
     GemvBf16(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
@@ -68,6 +74,7 @@ void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_
 }
 
 void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
+  if (w.kmajor != nullptr && x.bf16 == nullptr) return GemvRows(x.x, M, w, t0, t1, y, ldy);
   const int64_t tile = M <= kGemvMaxRows ? std::max<int64_t>(1, t1 - t0) : GemvTileRows(w.row_bytes());
   const int64_t K = w.cols;
   const auto* wb = static_cast<const uint8_t*>(w.data);

@@ -11,11 +11,14 @@
 namespace pdserve {
 
 // A weight matrix [rows, cols] (cols = K), row-major: fp32, bf16 (raw
-// uint16) or Q8_0 (linear_int8.h: Q8RowBytes(cols) bytes a row).
+// uint16) or Q8_0 (linear_int8.h: Q8RowBytes(cols) bytes a row); for bf16
+// under --bf16-matmul kmajor also its k-major pack (kmajor_packs.h), which
+// the decode kernels then read instead.
 struct GemvMatrix {
   const void* data = nullptr;  // nullptr: not usable by the kernels
   bool bf16 = false, q8 = false;
   int64_t rows = 0, cols = 0;
+  const uint16_t* kmajor = nullptr;  // the pack (gemv_kmajor.h), or nullptr
 
   int64_t row_bytes() const;
   bool same_kind(const GemvMatrix& o) const { return bf16 == o.bf16 && q8 == o.q8; }
@@ -23,7 +26,8 @@ struct GemvMatrix {
 
 // w, or matrix e of a 3-D [E, rows, cols] stack (e >= 0), when it is fp32,
 // bf16 or Q8_0 and contiguous, without a tensor call per use; data ==
-// nullptr when it is not (a strided view, another dtype).
+// nullptr when it is not (a strided view, another dtype). A bf16 matrix
+// gets its pack from the packs in scope on this thread (CurrentKMajorPacks).
 GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1);
 
 // Rows of x [M, K] as one kind of matrix's kernel reads them: fp32, and
@@ -50,15 +54,16 @@ struct GemvXBuffer {
 // where that kernel rounds x.
 GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* buffer);
 
-// Rows m < M (<= kGemvMaxRows) of x [M, w.cols] against weight rows
-// [t0, t1) of an fp32 or bf16 w (not Q8_0: GemvAllRows): y[m * ldy + n].
-// The kernel is the one Linear uses for this matrix (fp32, exact bf16, or
-// under --bf16-matmul dot x rounded to bf16), so each output has Linear's
-// bits.
+// Rows m < M (<= kGemvMaxRows; any M for a k-major w) of x [M, w.cols]
+// against weight rows [t0, t1) of an fp32 or bf16 w (not Q8_0:
+// GemvAllRows): y[m * ldy + n]. The kernel is the one Linear uses for this
+// matrix (fp32, exact bf16 from rows or from the k-major pack, or under
+// --bf16-matmul dot x rounded to bf16), so each output has Linear's bits.
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
 // Every row of x [M, w.cols] (any M; PrepareGemvX for w) against weight
-// rows [t0, t1), in groups of kGemvMaxRows; past kGemvMaxRows rows, tile by
+// rows [t0, t1): a k-major w in one call (the kernel blocks the rows
+// itself); else in groups of kGemvMaxRows, and past kGemvMaxRows rows, tile by
 // tile of GemvTileRows weight rows, so a tile stays in L2 while every group
 // passes (ForEachGemvTile's order within one chunk). The same kernels and
 // bits as Linear (GemvRows; LinearQ8's for Q8_0 weights).

@@ -44,9 +44,11 @@ void ForEachChunk(int64_t N, int64_t chunk, const Body& body) {
 }
 
 // Output rows per chunk of a decode matmul with N output rows: about 8
-// chunks per thread, at least 16 rows.
-inline int64_t GemvChunkRows(int64_t N) {
-  return std::max<int64_t>(16, (N + 8 * at::get_num_threads() - 1) / (8 * at::get_num_threads()));
+// chunks per thread, at least 16 rows, rounded up to a multiple of `align`
+// (kKMajorGroup for the k-major kernel, whose passes cover whole groups).
+inline int64_t GemvChunkRows(int64_t N, int64_t align = 1) {
+  const int64_t rows = std::max<int64_t>(16, (N + 8 * at::get_num_threads() - 1) / (8 * at::get_num_threads()));
+  return (rows + align - 1) / align * align;
 }
 
 // Calls kernel(m, rows, t0, t1) for every group of at most kGemvMaxRows

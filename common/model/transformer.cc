@@ -13,9 +13,11 @@
 #include "common/model/decode_attention.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_matrix.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
+#include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -69,6 +71,11 @@ at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMa
   at::Tensor y = at::empty({M, N}, at::kFloat);
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  if (wm.kmajor != nullptr) {  // every row in each call: the kernel blocks them itself
+    ForEachChunk(N, GemvChunkRows(N, kKMajorGroup),
+                 [&](int64_t t0, int64_t t1) { GemvRows(xp, M, wm, t0, t1, yp, N); });
+    return y;
+  }
   ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
     GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N);
   });
@@ -135,6 +142,7 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
   if (PackF32Weights()) PackLayerWeights();
+  if (GetBf16Matmul() == Bf16Matmul::kKMajor && GemvAvailable()) PackKMajor(&arena);
   ReleaseFreedHeap();
 }
 
@@ -172,6 +180,25 @@ void Transformer::PackLayerWeights() {
   if (packs->count() > 0) packed_ = std::move(packs);
 }
 
+void Transformer::PackKMajor(HugePageArena* arena) {
+  auto packs = std::make_shared<KMajorPacks>();
+  // Every matrix decode reads (KMajorPacks::Add skips the ones not bf16).
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const Fused& f = fused_[l];
+    packs->Add(f.qkv, arena);
+    packs->Add(L.o_proj, arena);
+    packs->Add(f.gate_up, arena);
+    packs->Add(L.down_proj, arena);
+    for (size_t j = 0; j < f.shared.size(); ++j) {
+      packs->Add(f.shared[j], arena);
+      packs->Add(L.shared_down[j], arena);
+    }
+  }
+  packs->Add(w_.config.tie_embeddings ? w_.embed : w_.head, arena);
+  if (packs->count() > 0) kmajor_ = std::move(packs);
+}
+
 std::vector<at::Tensor> Transformer::ClampedSinks() const {
   std::vector<at::Tensor> out;
   out.reserve(w_.layers.size());
@@ -185,6 +212,7 @@ absl::StatusOr<at::Tensor> Transformer::Forward(const at::Tensor& ids, const std
                                                 const ForwardOptions& options) const {
   try {
     const ScopedPackedF32 packs(packed_.get());
+    const ScopedKMajorPacks kmajor(kmajor_.get());
     return ForwardImpl(ids, segments, options);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("forward failed: ", e.what_without_backtrace()));

@@ -19,6 +19,8 @@ namespace pdserve {
 
 class MixedKVCache;
 class PackedF32Weights;  // gemm_dnnl.h
+class KMajorPacks;       // kmajor_packs.h
+class HugePageArena;     // huge_page_arena.h
 
 // A run of consecutive tokens of one sequence inside a forward's rows.
 struct Segment {
@@ -58,6 +60,7 @@ class Transformer {
   const Rope& rope() const { return rope_; }
   // The prefill GEMMs' packed fp32 weights; null when not packing.
   const PackedF32Weights* packed_f32() const { return packed_.get(); }
+  const KMajorPacks* kmajor_packs() const { return kmajor_.get(); }  // null unless --bf16-matmul kmajor
 
   // ids: [N] int64, the concatenation of `segments` (lengths sum to N).
   // Segments with a cache attend to its rows and append their new K/V.
@@ -75,6 +78,8 @@ class Transformer {
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
   void PackLayerWeights();
+  // Under --bf16-matmul kmajor: the k-major packs decode reads (kmajor_packs.h).
+  void PackKMajor(HugePageArena* arena);
   // Attention of a forward's rows, segment by segment (prefill chunks, the
   // no-cache path): appends to each segment's cache as the masks require.
   // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
@@ -114,6 +119,8 @@ class Transformer {
   std::vector<Fused> fused_;
   // The packs Forward puts in scope (LinearF32); null when not packing.
   std::shared_ptr<const PackedF32Weights> packed_;
+  // The k-major packs Forward puts in scope; null when not packing.
+  std::shared_ptr<const KMajorPacks> kmajor_;
 };
 
 // x / sqrt(mean(x^2) + eps) * w, in fp32. Without autograd, 2-D fp32 x and

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_matrix.h"
 #include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
@@ -181,10 +182,11 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   plan.PrepareInputs();
 
   // Region 1: every expert's gate|up over its rows, chunk by chunk of the
-  // 2F output columns.
+  // 2F output columns (whole k-major groups where the experts have packs).
+  const int64_t align = plan.experts[0].gate_up.kmajor != nullptr ? kKMajorGroup : 1;
   at::Tensor gu = at::empty({T, 2 * F}, at::kFloat);
   float* gp = gu.data_ptr<float>();
-  ForEachChunk(2 * F, GemvChunkRows(2 * F), [&](int64_t n0, int64_t n1) {
+  ForEachChunk(2 * F, GemvChunkRows(2 * F, align), [&](int64_t n0, int64_t n1) {
     for (const ExpertRows& ex : plan.experts) {
       GemvAllRows(ex.x, ex.rows, ex.gate_up, n0, n1, gp + ex.first * 2 * F, 2 * F);
     }
@@ -206,7 +208,7 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
   at::Tensor out = at::empty({N, D}, at::kFloat);
   float* yp = y.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  ForEachChunk(D, GemvChunkRows(D), [&](int64_t n0, int64_t n1) {
+  ForEachChunk(D, GemvChunkRows(D, align), [&](int64_t n0, int64_t n1) {
     for (const ExpertRows& ex : plan.experts) {
       GemvAllRows(act_x.From(ex.first, F), ex.rows, ex.down, n0, n1, yp + ex.first * D, D);
     }

@@ -115,4 +115,16 @@ for args in "" "--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7"; do
   [ "$a" == "$b" ] || fail "BF16 --weights-dtype bf16, 200-token prompt [$args]: pdserve $a, reference $b"
   echo "BF16 --weights-dtype bf16, 200-token prompt [$args]: identical"
 done
+
+echo "--- --bf16-matmul kmajor (decode from k-major packs: exact products, another summation order) keeps"
+echo "    the reference's tokens, with prompts prefilled by the decode kernels (22 tokens) and by GEMMs (200)"
+for prompt in "$P" "$P200"; do
+  for args in "" "--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7"; do
+    a=$("$BIN/pdserve-generate" --model "$TMP/ref_BF16" --weights-dtype bf16 --bf16-matmul kmajor --prompt-ids $prompt \
+        --max-new-tokens 30 $args 2>/dev/null | norm)
+    b=$($REF generate --model "$TMP/ref_BF16" --prompt-ids $prompt --max-new-tokens 30 $args | norm)
+    [ "$a" == "$b" ] || fail "BF16 kmajor, $(echo "$prompt" | tr ',' ' ' | wc -w)-token prompt [$args]: pdserve $a, reference $b"
+    echo "BF16 kmajor, $(echo "$prompt" | tr ',' ' ' | wc -w)-token prompt [$args]: identical"
+  done
+done
 echo "PASS"
