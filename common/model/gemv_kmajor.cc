@@ -68,15 +68,18 @@ void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t
   }
 }
 
-// Up to 16 accumulators of 16 outputs.
+// Up to 16 accumulators of 16 outputs, 24 for 5-6 rows: two groups (two
+// DRAM streams) make 5-6 rows 1.2-1.3x faster than one group with fewer
+// registers (docs/benchmarks.md section 40); 7-8 rows × 2 groups would
+// spill.
 const Passes kPasses = {8,
                         {{},
                          {nullptr, Pass<1, 1>, Pass<1, 2>, nullptr, Pass<1, 4>},
                          {nullptr, Pass<2, 1>, Pass<2, 2>, nullptr, Pass<2, 4>},
                          {nullptr, Pass<3, 1>, Pass<3, 2>},
                          {nullptr, Pass<4, 1>, Pass<4, 2>},
-                         {nullptr, Pass<5, 1>},
-                         {nullptr, Pass<6, 1>},
+                         {nullptr, Pass<5, 1>, Pass<5, 2>},
+                         {nullptr, Pass<6, 1>, Pass<6, 2>},
                          {nullptr, Pass<7, 1>},
                          {nullptr, Pass<8, 1>}}};
 
