@@ -71,10 +71,7 @@ struct Vec {
   static __m512 Zero() { return _mm512_setzero_ps(); }
   static __m512 Set1(float x) { return _mm512_set1_ps(x); }
   static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
-  static __m512 Load(const uint16_t* p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-  }
+  static __m512 Load(const uint16_t* p) { return ::pdserve::avx512::Load16(p); }
   static __m512 Fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
   static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
   static void Store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }

@@ -1,15 +1,24 @@
-// AVX-512 helpers shared by the decode kernels (gemv_bf16dot.cc,
-// decode_attention.cc). They are compiled for AVX-512F whatever the file's
+// AVX-512 helpers shared by the decode kernels (gemv_avx512.cc,
+// gemv_kmajor.cc, gemv_bf16dot.cc, decode_attention.cc). They are compiled for AVX-512F whatever the file's
 // flags: call them only from such code, after the CPU check.
 #pragma once
 
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace pdserve {
 namespace avx512 {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
+
+// 16 bf16 values (raw uint16, the upper half of an fp32) widened exactly to
+// fp32: zero-extend, shift into the upper half (avx2::Load8's twin).
+inline __m512 Load16(const uint16_t* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
 
 // The sums of 4 accumulators at once, [sum(a), sum(b), sum(c), sum(d)], in
 // a fixed tree (lanes i + i+8, then i + i+4, i + i+2, i + i+1: the tree of

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common/model/avx2_util.h"
+#include "common/model/avx512_util.h"
 // Under this file's target ISA, so that its template inlines the AVX-512 steps below.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
@@ -24,10 +25,7 @@ namespace {
 
 // 16 weights as fp32; bf16 widened (zero-extend, shift into the upper half).
 inline __m512 LoadW(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 LoadW(const uint16_t* p) {
-  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
+inline __m512 LoadW(const uint16_t* p) { return avx512::Load16(p); }
 // 8 weights into lanes 0-7 (lanes 8-15 zero).
 inline __m512 LoadW8(const float* p) { return _mm512_maskz_loadu_ps(0xFF, p); }
 inline __m512 LoadW8(const uint16_t* p) {

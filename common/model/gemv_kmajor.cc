@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "common/model/avx2_util.h"
+#include "common/model/avx512_util.h"
+
 namespace pdserve {
 namespace {
 
@@ -30,12 +33,7 @@ struct Passes {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-namespace avx512 {
-
-inline __m512 Widen(const uint16_t* p) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
+namespace avx512_passes {
 
 template <int MR, int NG>
 void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t pf, float* out, int64_t ldo) {
@@ -50,8 +48,8 @@ void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t
 #pragma GCC unroll 4
     for (int g = 0; g < NG; ++g) {
       const uint16_t* p = P + g * gstride + k * G;
-      w[2 * g] = Widen(p);
-      w[2 * g + 1] = Widen(p + 16);
+      w[2 * g] = avx512::Load16(p);
+      w[2 * g + 1] = avx512::Load16(p + 16);
       if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
     }
 #pragma GCC unroll 8
@@ -83,18 +81,13 @@ const Passes kPasses = {8,
                          {nullptr, Pass<7, 1>},
                          {nullptr, Pass<8, 1>}}};
 
-}  // namespace avx512
+}  // namespace avx512_passes
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-namespace avx2 {
-
-inline __m256 Widen(const uint16_t* p) {
-  return _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
+namespace avx2_passes {
 
 template <int MR, int NG>
 void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t pf, float* out, int64_t ldo) {
@@ -112,7 +105,7 @@ void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t
       if (pf > 0) _mm_prefetch(reinterpret_cast<const char*>(p) + pf, _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int v = 0; v < 4; ++v) {
-        const __m256 w = Widen(p + 8 * v);
+        const __m256 w = avx2::Load8(p + 8 * v);
 #pragma GCC unroll 2
         for (int i = 0; i < MR; ++i) {
           acc[i][4 * g + v] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(xk + i * K), acc[i][4 * g + v]);
@@ -130,7 +123,7 @@ void Pass(const float* x, int64_t K, const uint16_t* P, int64_t gstride, int64_t
 // 8 accumulators of 8 outputs (16 ymm registers in all).
 const Passes kPasses = {2, {{}, {nullptr, Pass<1, 1>, Pass<1, 2>}, {nullptr, Pass<2, 1>}}};
 
-}  // namespace avx2
+}  // namespace avx2_passes
 #pragma GCC pop_options
 
 // Rows [0, mr) of x against `groups` (<= kBlockGroups) groups at P, into
@@ -186,7 +179,7 @@ void PackBf16KMajor(const uint16_t* W, int64_t N, int64_t K, int64_t g0, int64_t
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
                     float* y, int64_t ldy, GemvIsa isa) {
   n1 = std::min(n1, N);
-  Drive(isa == GemvIsa::kAvx512 ? avx512::kPasses : avx2::kPasses, x, M, K, P, n0, n1, y, ldy);
+  Drive(isa == GemvIsa::kAvx512 ? avx512_passes::kPasses : avx2_passes::kPasses, x, M, K, P, n0, n1, y, ldy);
 }
 
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
