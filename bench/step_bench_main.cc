@@ -32,7 +32,8 @@ ABSL_FLAG(int64_t, prompt_len, 16, "Prompt tokens of each sequence.");
 ABSL_FLAG(bool, alternate_kmajor, false,
           "With --bf16-matmul kmajor: time each batch size twice in a row, first with the row-major matrices "
           "(widen's decode kernels) then with the k-major packs, in this one process: a comparison that a noisy "
-          "machine's drift between runs does not swamp. Give a batch size several times for several pairs.");
+          "machine's drift between runs does not swamp. Give a batch size several times for several pairs. "
+          "The model then keeps its row-major bf16 matrices beside the packs (twice the memory).");
 
 namespace {
 
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   if (!sizes.ok() || sizes->empty()) pdserve::Die("--batch-sizes must be a list of positive integers", 2);
   const int64_t steps = absl::GetFlag(FLAGS_steps), prompt_len = absl::GetFlag(FLAGS_prompt_len);
   if (steps < 1 || prompt_len < 1) pdserve::Die("--steps and --prompt-len must be >= 1", 2);
+  // Hiding the packs needs the row-major matrices they would replace.
+  if (absl::GetFlag(FLAGS_alternate_kmajor)) pdserve::SetKMajorKeepsRowMajor(true);
   auto engine = pdserve::Engine::Load(flags->model_dir, eo);
   if (!engine.ok()) pdserve::Die(engine.status(), 1);
   const pdserve::Engine& e = **engine;

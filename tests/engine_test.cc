@@ -5,6 +5,7 @@
 #include "common/model/checkpoint.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/kmajor_packs.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -240,7 +241,9 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
 // logits move off widen's in the last bits, not more), and every output is
 // one FMA chain over k at any batch size: one sequence alone and in a batch
 // of 6 or 17 (past the kernel's 8-row passes) give the same bits, and so
-// do prompts prefilled together (up to 32 rows: the decode kernels).
+// do prompts prefilled together (up to 32 rows: the decode kernels). The
+// packs replace the row-major matrices, and the fingerprint (hashed before
+// they went) is widen's: workers in either mode take each other's hand-offs.
 TEST(EngineBf16KMajorTest, PacksAreReadAndBatchesKeepTheBits) {
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: no decode kernels to read the packs";
   struct Restore {
@@ -251,20 +254,28 @@ TEST(EngineBf16KMajorTest, PacksAreReadAndBatchesKeepTheBits) {
     ConvertWeights(&w, WeightsDtype::kBF16);
     return Engine::FromWeights(std::move(w));
   };
-  const auto last_logits = [](const Engine& engine) {
+  const auto last_logits = [](const Engine& engine, int64_t prompt_len = 20) {
     auto seq = engine.NewSequence();
-    auto logits = engine.Prefill(seq.get(), Prompt(20));
+    auto logits = engine.Prefill(seq.get(), Prompt(prompt_len));
     EXPECT_TRUE(logits.ok()) << logits.status();
     return logits.ok() ? *logits : at::Tensor();
   };
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
-  const at::Tensor widened = last_logits(*load());
+  const std::unique_ptr<Engine> widen_engine = load();
+  const at::Tensor widened = last_logits(*widen_engine);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
   const std::unique_ptr<Engine> engine = load();
+  ASSERT_NE(engine->model().kmajor_packs(), nullptr);
+  EXPECT_TRUE(engine->model().kmajor_packs()->holds_only_copies());
+  EXPECT_EQ(engine->model().Fingerprint(), widen_engine->model().Fingerprint());
   const at::Tensor kmajor = last_logits(*engine);
   EXPECT_FALSE(at::equal(kmajor, widened));
   EXPECT_TRUE(at::allclose(kmajor, widened, /*rtol=*/1e-4, /*atol=*/1e-4))
       << "max diff " << (kmajor - widened).abs().max().item<float>();
+  // Past 32 rows prefill widens the packs for the GEMMs (the only copies now).
+  const at::Tensor long_kmajor = last_logits(*engine, 70), long_widened = last_logits(*widen_engine, 70);
+  EXPECT_TRUE(at::allclose(long_kmajor, long_widened, /*rtol=*/1e-4, /*atol=*/1e-4))
+      << "max diff " << (long_kmajor - long_widened).abs().max().item<float>();
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 17);
 }

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <vector>
+
+#include "common/model/gemv_kmajor.h"
 
 namespace pdserve {
 namespace {
@@ -55,9 +58,38 @@ TEST_F(GemmDnnlTest, ReadsWeightViewsWithARowStride) {
   const at::Tensor y = LinearF32Dnnl(x, w);
   ASSERT_TRUE(y.defined());
   EXPECT_LT(RelError(y, Reference(x, w)), 1e-5);
-  // A strided x is made contiguous; a strided W's inner dimension is not
-  // taken (the fallback's job).
-  EXPECT_FALSE(LinearF32Dnnl(x, at::randn({96, 200}).t()).defined());
+  // W^T row-major with a row stride (W's columns contiguous, as
+  // LinearBf16KMajorWidened passes the widened pack) is read in place too.
+  const at::Tensor wt = at::randn({96, 256}).narrow(1, 0, 200).t();  // [200, 96], strides {1, 256}
+  const at::Tensor yt = LinearF32Dnnl(x, wt);
+  ASSERT_TRUE(yt.defined());
+  EXPECT_LT(RelError(yt, Reference(x, wt)), 1e-5);
+  // A strided x is made contiguous; a W with neither dimension contiguous
+  // is not taken (the fallback's job).
+  EXPECT_FALSE(LinearF32Dnnl(x, at::randn({200, 192}).slice(1, 0, 192, 2)).defined());
+}
+
+// W from its k-major pack, widened and packed in one reorder: the
+// reference's values for the whole matrix and for a view of its first rows
+// (q within q|kv); a shape whose layout oneDNN does not block that way is
+// refused (undefined), not computed wrong.
+TEST_F(GemmDnnlTest, ReadsKMajorPacks) {
+  at::manual_seed(6);
+  const int64_t N = 192, K = 96;
+  const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
+  std::vector<uint16_t> pack(KMajorElements(N, K));
+  PackBf16KMajor(static_cast<const uint16_t*>(w.data_ptr()), N, K, 0, KMajorGroups(N), pack.data());
+  const at::Tensor x = at::randn({40, K});
+  int taken = 0;
+  for (const int64_t rows : {N, int64_t{128}}) {
+    const at::Tensor y = LinearKMajorDnnl(x, pack.data(), rows, K, kKMajorGroup);
+    if (!y.defined()) continue;
+    ++taken;
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{40, rows}));
+    EXPECT_LT(RelError(y, Reference(x, w.narrow(0, 0, rows).to(at::kFloat))), 1e-5) << rows;
+  }
+  if (taken == 0) GTEST_SKIP() << "oneDNN's weight layout on this CPU is not N-blocks of k-major groups";
+  EXPECT_FALSE(LinearKMajorDnnl(x, pack.data(), 100, K, kKMajorGroup).defined());  // not whole blocks
 }
 
 TEST_F(GemmDnnlTest, RefusesWhatItDoesNotTake) {

@@ -1,13 +1,16 @@
 // KMajorPacks (common/model/kmajor_packs.h): a pack per matrix of a stack,
 // found by address only for a matching view (same columns, no more rows),
 // holding W's values in the k-major layout; other dtypes are refused; the
-// scope is per thread and nests.
+// scope is per thread and nests. Take: the pack replaces the matrix, which
+// becomes a stand-in (its shape, a new address the packs are found by, no
+// readable memory), and those packs cannot be hidden.
 #include "common/model/kmajor_packs.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <vector>
 
 #include "common/model/gemv_kmajor.h"
 
@@ -41,6 +44,59 @@ TEST(KMajorPacksTest, EachMatrixOfAStackIsPackedAndFoundByItsAddress) {
     EXPECT_EQ(packs.Find(m, N, K + 1), nullptr);   // other columns
   }
   EXPECT_EQ(packs.Find(base + 2, N, K), nullptr);  // not a matrix's start
+}
+
+TEST(KMajorPacksTest, TakeReplacesTheMatrixWithAStandIn) {
+  const int64_t E = 2, N = 33, K = 16;
+  const at::Tensor original = at::randn({E, N, K}).to(at::kBFloat16);
+  at::Tensor w = original.clone();
+  KMajorPacks packs;
+  EXPECT_FALSE(packs.holds_only_copies());
+  ASSERT_TRUE(packs.Take(&w, nullptr));
+  EXPECT_TRUE(packs.holds_only_copies());
+  EXPECT_EQ(w.sizes(), original.sizes());
+  EXPECT_EQ(w.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(w.is_contiguous());
+  for (int64_t e = 0; e < E; ++e) {
+    // Found by the stand-in's address of each matrix (as a view's data_ptr gives it).
+    const uint16_t* p = packs.Find(w.select(0, e).data_ptr(), N, K);
+    ASSERT_NE(p, nullptr) << e;
+    std::vector<float> row(K);
+    for (int64_t n : {int64_t{0}, int64_t{31}, int64_t{32}}) {
+      WidenKMajorRow(p, K, n, row.data());
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[k], original[e][n][k].item<float>()) << e << " " << n << " " << k;
+    }
+  }
+  // The stand-in has no readable memory: a read faults instead of giving zeros.
+  EXPECT_DEATH((void)w.sum().item<float>(), "");
+  // Taken packs stay in use where a benchmark hides the others.
+  const ScopedKMajorPacks scope(&packs);
+  SetKMajorPacksInUse(false);
+  EXPECT_EQ(CurrentKMajorPacks(), &packs);
+  SetKMajorPacksInUse(true);
+  // Nothing to take: w unchanged.
+  at::Tensor f32 = at::randn({32, 16});
+  const void* before = f32.data_ptr();
+  EXPECT_FALSE(packs.Take(&f32, nullptr));
+  EXPECT_EQ(f32.data_ptr(), before);
+}
+
+// WidenKMajorT: W^T in fp32 from the pack, padding rows as zeros.
+TEST(KMajorPacksTest, WidenedTransposeHoldsTheValues) {
+  const int64_t N = 40, K = 24, ldw = KMajorGroups(N) * kKMajorGroup;
+  const at::Tensor w = at::randn({N, K}).to(at::kBFloat16);
+  KMajorPacks packs;
+  ASSERT_TRUE(packs.Add(w, nullptr));
+  const uint16_t* p = packs.Find(w.data_ptr(), N, K);
+  ASSERT_NE(p, nullptr);
+  std::vector<float> wt(K * ldw, -1.0f);
+  WidenKMajorT(p, K, 0, KMajorGroups(N), wt.data(), ldw);
+  const at::Tensor expected = w.to(at::kFloat).t();
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < ldw; ++n) {
+      ASSERT_EQ(wt[k * ldw + n], n < N ? expected[k][n].item<float>() : 0.0f) << k << " " << n;
+    }
+  }
 }
 
 TEST(KMajorPacksTest, OnlyContiguousBf16MatricesArePacked) {

@@ -97,16 +97,24 @@ TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
 }
 
 // --bf16-matmul kmajor with bf16 weights: the k-major packs are counted,
-// at least the bytes of every bf16 matmul weight but the embedding (the
-// head's pack is the tied embedding's), and exactly what the engine packs.
+// exactly what the engine packs, in place of the row-major matrices they
+// replace (all but the padding of N to groups of 32; the head's pack is
+// the tied embedding's, so no bf16 matrix is left); kept beside them where
+// a benchmark asks (KMajorKeepsRowMajor).
 TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
   const ModelConfig c = Tiny();
   const MemoryEstimate widen = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden);
   const MemoryEstimate kmajor = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor);
   EXPECT_EQ(widen.kmajor_bytes, 0);
   EXPECT_EQ(EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor).kmajor_bytes, 0);
-  EXPECT_GE(kmajor.kmajor_bytes, kmajor.weights_bf16_bytes);
-  EXPECT_EQ(kmajor.total(), widen.total() + kmajor.kmajor_bytes);
+  EXPECT_EQ(kmajor.weights_bf16_bytes, 0);
+  EXPECT_GE(kmajor.kmajor_bytes, widen.weights_bf16_bytes);
+  EXPECT_LT(kmajor.kmajor_bytes, widen.weights_bf16_bytes * 11 / 10);
+  EXPECT_EQ(kmajor.weights_f32_bytes, widen.weights_f32_bytes);
+  SetKMajorKeepsRowMajor(true);
+  const MemoryEstimate kept = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor);
+  SetKMajorKeepsRowMajor(false);
+  EXPECT_EQ(kept.weights_bf16_bytes, widen.weights_bf16_bytes);
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: the engine makes no packs to compare with";
   struct Restore {
     ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }

@@ -27,10 +27,10 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
           "GEMMs of bf16 weights: widen (to fp32, exact), split (activations split into three bf16 "
           "terms on AMX-BF16 tiles with fp32 accumulation: fp32 accuracy), amx (prefill only: bf16 activations "
           "and outputs through oneDNN; changes numerics), dot (prefill and decode: activations rounded to bf16, "
-          "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics), kmajor (prefill as "
-          "widen; decode: exact fp32 products from a k-major copy of each bf16 matrix made at load, register-"
-          "blocked across a batch's rows: faster decode, for as much memory again as the bf16 weights; a "
-          "different summation order, so logits differ from widen's in the last bits) or auto (split where "
+          "AVX512-BF16 dot products into fp32, as llama.cpp's BF16 path; changes numerics), kmajor (each bf16 matrix "
+          "repacked k-major at load in place of its row-major copy, the same memory; decode: exact fp32 "
+          "products register-blocked across a batch's rows, faster; prefill widens the packs exactly; a "
+          "different summation order, so logits differ from widen's in the last bits; needs AVX2+FMA) or auto (split where "
           "the CPU runs the amx ISA, see PDSERVE_ISA, else widen). split and amx are refused at start on CPUs "
           "without AMX-BF16, dot on CPUs without AVX512-BF16.");
 
@@ -88,7 +88,7 @@ absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes) {
   out.model_dir = flags.model_dir;
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(out.engine, Engine::Load(out.model_dir, flags.options));
-  out.fingerprint = ModelFingerprint(out.engine->model().weights());
+  out.fingerprint = out.engine->model().Fingerprint();
   // Warmup: the first forward pays for allocator and kernel setup.
   auto seq = out.engine->NewSequence();
   ASSIGN_OR_RETURN(at::Tensor logits, out.engine->Prefill(seq.get(), {0}));

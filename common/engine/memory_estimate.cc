@@ -12,6 +12,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemv_kmajor.h"
+#include "common/model/kmajor_packs.h"
 #include "common/model/gemm_amx.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/prefill_attention.h"
@@ -19,11 +20,6 @@
 
 namespace pdserve {
 namespace {
-
-// Linear's widening buffer holds bf16 weights up to this many elements
-// (kMaxBuffered in common/model/transformer.cc); larger ones (the LM head)
-// get a transient fp32 copy.
-constexpr int64_t kMaxWidenBuffered = int64_t{16} << 20;
 
 int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -58,10 +54,11 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
   }
 }
 
-// The k-major packs of Transformer::PackKMajor: q|kv, o, each expert's
-// gate|up and down, the shared ones, the head.
-int64_t KMajorPackBytes(const ModelConfig& c) {
-  const auto pack = [](int64_t N, int64_t K) { return 2 * KMajorElements(N, K); };
+// The matrices Transformer::PackKMajor packs: q|kv, o, each expert's
+// gate|up and down, the shared ones, the head. Their packs' bytes, or
+// (padded = false) their row-major bf16 bytes, which the packs replace.
+int64_t KMajorMatrixBytes(const ModelConfig& c, bool padded) {
+  const auto pack = [padded](int64_t N, int64_t K) { return 2 * (padded ? KMajorElements(N, K) : N * K); };
   const int64_t D = c.d_model, F = c.expert_hidden, hd = c.head_dim;
   const int64_t expert = pack(2 * F, D) + pack(D, F);
   const int64_t layer = pack((c.n_heads + 2 * c.n_kv_heads) * hd, D) + pack(D, c.n_heads * hd) +
@@ -107,14 +104,22 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
       const int64_t cols = nt.shape.back();
       if (!WidensToF32(bf16_matmul, slice / cols, cols)) continue;
-      // The buffer holds W in oneDNN's packed layout (gemm_dnnl.h).
-      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, PackedF32Bytes(slice / cols, cols));
-      else unbuffered = std::max(unbuffered, 4 * slice);
+      // The buffer holds W in oneDNN's packed layout (gemm_dnnl.h), or under
+      // kmajor W^T with N padded to k-major groups (LinearBf16KMajorWidened).
+      const int64_t rows = slice / cols;
+      const int64_t bytes = bf16_matmul == Bf16Matmul::kKMajor ? 4 * KMajorElements(rows, cols)
+                                                                : PackedF32Bytes(rows, cols);
+      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, bytes);
+      else unbuffered = std::max(unbuffered, bytes);
     } else {
       e.weights_f32_bytes += 4 * n;
     }
   }
-  if (weights_dtype == WeightsDtype::kBF16 && bf16_matmul == Bf16Matmul::kKMajor) e.kmajor_bytes = KMajorPackBytes(c);
+  if (weights_dtype == WeightsDtype::kBF16 && bf16_matmul == Bf16Matmul::kKMajor) {
+    e.kmajor_bytes = KMajorMatrixBytes(c, /*padded=*/true);
+    // The packs take the row-major matrices' place (kmajor_packs.h).
+    if (!KMajorKeepsRowMajor()) e.weights_bf16_bytes -= KMajorMatrixBytes(c, /*padded=*/false);
+  }
   // One buffer per calling thread (a prefill and a decode worker).
   e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);

@@ -33,9 +33,11 @@ struct MemoryEstimate {
   // in oneDNN's blocked layout (gemm_dnnl.h), rounded up to its blocks of
   // 64 outputs x 16 inputs; 0 otherwise.
   int64_t packed_f32_bytes = 0;
-  // --bf16-matmul kmajor with bf16 weights: the k-major copy of every matrix
+  // --bf16-matmul kmajor with bf16 weights: the k-major pack of every matrix
   // decode reads (kmajor_packs.h), fused as the engine fuses them, rows
-  // padded to groups of 32; 0 otherwise.
+  // padded to groups of 32; 0 otherwise. The packs replace those matrices'
+  // row-major copies, which weights_bf16_bytes then leaves out (unless
+  // KMajorKeepsRowMajor(), for benchmarks).
   int64_t kmajor_bytes = 0;
   int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
   int64_t workspace_bytes = 0;     // one prefill chunk at max_context

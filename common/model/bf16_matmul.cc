@@ -11,6 +11,7 @@
 #include "common/model/gemm_amx.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_bf16dot.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_tiles.h"
 #include "common/util/cpu_features.h"
 
@@ -96,8 +97,7 @@ at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
   // A per-thread buffer: a fresh 10 MB tensor per call costs page faults
   // and zeroing on every prefill matmul (~9% of a bf16 prefill).
-  constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements (64 MB); the head is not buffered
-  if (w.numel() > kMaxBuffered) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
+  if (w.numel() > kMaxWidenBuffered) return at::linear(x.to(at::kFloat), w.to(at::kFloat));
   // oneDNN: W widened and packed in one pass into its per-thread buffer,
   // then its GEMM (gemm_dnnl.h); the same bits as LinearF32 on W's fp32 values.
   if (DnnlGemmMayServe(x, w)) {
@@ -108,6 +108,25 @@ at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w) {
   at::Tensor wf = buffer.narrow(0, 0, w.numel()).view(w.sizes());
   wf.copy_(w);
   return LinearF32(x.to(at::kFloat), wf);
+}
+
+at::Tensor LinearBf16KMajorWidened(const at::Tensor& x, const uint16_t* P, int64_t N, int64_t K) {
+  // oneDNN: widened and packed in one reorder where its layout allows.
+  if (F32GemmUsesDnnl() && K * N <= kMaxWidenBuffered) {  // the caller checked autograd
+    if (at::Tensor y = LinearKMajorDnnl(x.to(at::kFloat), P, N, K, kKMajorGroup); y.defined()) return y;
+  }
+  const int64_t groups = KMajorGroups(N), ldw = groups * kKMajorGroup;
+  at::Tensor wt;  // W^T [K, ldw]
+  if (K * ldw <= kMaxWidenBuffered) {
+    thread_local at::Tensor buffer;  // as LinearBf16Widened's: no page faults per GEMM
+    if (!buffer.defined() || buffer.numel() < K * ldw) buffer = at::empty({K * ldw}, at::kFloat);
+    wt = buffer.narrow(0, 0, K * ldw).view({K, ldw});
+  } else {
+    wt = at::empty({K, ldw}, at::kFloat);  // the head of all-logits prefill: not kept
+  }
+  float* wp = wt.data_ptr<float>();
+  at::parallel_for(0, groups, /*grain_size=*/1, [&](int64_t g0, int64_t g1) { WidenKMajorT(P, K, g0, g1, wp, ldw); });
+  return LinearF32(x.to(at::kFloat), wt.narrow(1, 0, N).t());
 }
 
 at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w) {

@@ -25,13 +25,17 @@
 //                      so a row's bits do not depend on prefill or decode).
 //                      Needs AVX512_BF16; opt-in like amx, for the speed of
 //                      llama.cpp's BF16 path on CPUs without AMX.
-//   kKMajor            prefill as kWiden; decode rows (Linear's up to
-//                      kGemvMaxBatchRows) read a k-major copy of each matrix
-//                      packed at load (kmajor_packs.h, gemv_kmajor.h): exact
-//                      products, one FMA chain per output, batch invariant;
-//                      opt-in for its memory (the bf16 weights twice).
+//   kKMajor            each bf16 matrix packed k-major at load in place of
+//                      its row-major copy (kmajor_packs.h, gemv_kmajor.h);
+//                      decode rows (Linear's up to kGemvMaxBatchRows) read
+//                      the packs: exact products, one FMA chain per output,
+//                      batch invariant; prefill widens them exactly
+//                      (LinearBf16KMajorWidened)
+//   LinearBf16KMajorWidened  W widened from its k-major pack to fp32 W^T
+//                      in a per-thread buffer, then the fp32 GEMM
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include <ATen/core/Tensor.h>
@@ -55,12 +59,20 @@ const char* Bf16MatmulName(Bf16Matmul mode);  // "widen", "split", "amx", "dot"
 absl::Status SetBf16Matmul(Bf16Matmul mode);
 Bf16Matmul GetBf16Matmul();
 
+// Elements of W (64 MB in fp32) up to which the widening paths keep their
+// fp32 buffer per thread between calls; a larger W (the head) gets a
+// temporary.
+inline constexpr int64_t kMaxWidenBuffered = int64_t{16} << 20;
+
 // x [M, K] fp32, w [N, K] bf16 -> [M, N] fp32.
 at::Tensor LinearBf16(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Widened(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearBf16Amx(const at::Tensor& x, const at::Tensor& w);
 // Call only where GemvBf16DotAvailable() (gemv_bf16dot.h).
 at::Tensor LinearBf16Dot(const at::Tensor& x, const at::Tensor& w);
+// W [N, K] from its k-major pack P (gemv_kmajor.h): the same values as
+// LinearBf16Widened's, W^T read in place by the GEMM.
+at::Tensor LinearBf16KMajorWidened(const at::Tensor& x, const uint16_t* P, int64_t N, int64_t K);
 // Call only where AmxSplitAvailable() (gemm_amx.h).
 at::Tensor LinearBf16Split(const at::Tensor& x, const at::Tensor& w);
 

@@ -19,8 +19,6 @@ namespace pdserve {
 
 namespace {
 
-thread_local const PackedF32Weights* t_scoped_packs = nullptr;
-
 std::atomic<bool> g_pack_f32{false};
 
 }  // namespace
@@ -38,9 +36,11 @@ dnnl::engine& CpuEngine() {
   return *engine;
 }
 
-// W^T [K, N] read in place from W [N, K] with row stride ldw.
-dnnl::memory::desc InPlaceWeights(int64_t K, int64_t N, int64_t ldw) {
-  return dnnl::memory::desc(Dims{K, N}, Dt::f32, Dims{1, ldw});
+// W^T [K, N] read in place from W [N, K]: rows contiguous (W's row stride
+// ldw, strides {1, ldw}), or columns contiguous (W^T row-major with row
+// stride ldw, strides {ldw, 1}), as w's strides say.
+dnnl::memory::desc InPlaceWeights(const at::Tensor& w) {
+  return dnnl::memory::desc(Dims{w.size(1), w.size(0)}, Dt::f32, Dims{w.stride(1), w.stride(0)});
 }
 
 // M is rounded up to a multiple of kRowQuantum (x padded with zero rows):
@@ -58,12 +58,12 @@ struct Gemm {
 // starts over.
 const Gemm& GemmFor(int64_t M, const dnnl::memory::desc& w) {
   constexpr size_t kMaxCached = 2048;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
   thread_local std::map<Key, Gemm> cache;
   const dnnl_blocking_desc_t& b = w.data.format_desc.blocking;
   const int64_t K = w.dims()[0], N = w.dims()[1];
   // In-place descs differ by their stride; packed ones by their blocks.
-  const Key key{M, K, N, b.strides[1], b.inner_nblks > 0 ? b.inner_blks[b.inner_nblks - 1] : 0};
+  const Key key{M, K, N, b.strides[0], b.strides[1], b.inner_nblks > 0 ? b.inner_blks[b.inner_nblks - 1] : 0};
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= kMaxCached) cache.clear();
   Gemm g;
@@ -144,7 +144,7 @@ bool PackedF32Weights::Add(const at::Tensor& w) {
     const dnnl::memory::desc* preferred = PreferredWeights(K, N);
     if (preferred == nullptr) return false;
     const dnnl::memory::desc& packed = *preferred;
-    const dnnl::memory::desc in_place = InPlaceWeights(K, N, ldw);
+    const dnnl::memory::desc in_place = InPlaceWeights(w);
     if (packed == in_place || packed.data.format_desc.blocking.inner_nblks == 0) return false;
     Impl::Pack p{w.scalar_type(), N, K, ldw, packed, at::empty({static_cast<int64_t>(packed.get_size())}, at::kByte)};
     dnnl::stream stream(CpuEngine());
@@ -182,14 +182,18 @@ at::Tensor RunGemm(const at::Tensor& x, const dnnl::memory::desc& wd, void* wp) 
   return M == rows ? y : y.narrow(0, 0, rows);  // the first rows of a contiguous tensor
 }
 
+// x [M, K] and W [N, K] of these types; W's rows contiguous, or (fp32)
+// its columns (W^T row-major, as LinearBf16KMajorWidened passes it).
 bool TakesShapes(const at::Tensor& x, const at::Tensor& w, at::ScalarType w_type) {
+  const bool layout = w.stride(1) == 1 || (w_type == at::kFloat && w.stride(0) == 1);
   return x.dim() == 2 && w.dim() == 2 && x.scalar_type() == at::kFloat && w.scalar_type() == w_type &&
-         x.size(1) == w.size(1) && w.stride(1) == 1 && x.size(0) > 0 && w.size(0) > 0;
+         x.size(1) == w.size(1) && layout && x.size(0) > 0 && w.size(0) > 0;
 }
 
 // y from W's pack where one is in scope and this M takes it; else undefined.
 at::Tensor GemmWithScopedPack(const at::Tensor& x, const at::Tensor& w) {
-  const PackedF32Weights::Impl::Pack* pack = t_scoped_packs ? t_scoped_packs->impl().Find(w) : nullptr;
+  const PackedF32Weights* scoped = ScopedPackedF32::Current();
+  const PackedF32Weights::Impl::Pack* pack = scoped ? scoped->impl().Find(w) : nullptr;
   if (pack == nullptr) return {};
   try {
     return RunGemm(x, pack->desc, pack->storage.data_ptr());
@@ -204,7 +208,7 @@ at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w) {
   if (!TakesShapes(x, w, at::kFloat)) return {};
   if (at::Tensor y = GemmWithScopedPack(x, w); y.defined()) return y;
   try {
-    return RunGemm(x, InPlaceWeights(x.size(1), w.size(0), w.stride(0)), const_cast<float*>(w.data_ptr<float>()));
+    return RunGemm(x, InPlaceWeights(w), const_cast<float*>(w.data_ptr<float>()));
   } catch (const dnnl::error&) {
     return {};  // no kernel for this shape on this CPU: the caller's fallback
   }
@@ -235,6 +239,40 @@ at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w) {
   }
 }
 
+at::Tensor LinearKMajorDnnl(const at::Tensor& x, const uint16_t* P, int64_t N, int64_t K, int64_t group) {
+  if (x.dim() != 2 || x.scalar_type() != at::kFloat || x.size(1) != K || x.size(0) == 0) return {};
+  try {
+    const dnnl::memory::desc* preferred = PreferredWeights(K, N);
+    if (preferred == nullptr) return {};
+    // W^T [K, N] in blocks A x B (inner: k then n), blocks ordered n-block
+    // then k-block with no padding: element (k, n) at (n / B) K B + k B + n % B.
+    const dnnl_blocking_desc_t& b = preferred->data.format_desc.blocking;
+    if (preferred->data.format_kind != dnnl_blocked || b.inner_nblks != 2 || b.inner_idxs[0] != 0 ||
+        b.inner_idxs[1] != 1) {
+      return {};
+    }
+    const int64_t A = b.inner_blks[0], B = b.inner_blks[1];
+    if (B % group != 0 || K % A != 0 || N % B != 0 || b.strides[0] != A * B || b.strides[1] != K * B) return {};
+    // Both layouts as one 4-D strided shape [N / B, K, B / group, group]:
+    // the pack's groups are k-major runs of `group` outputs.
+    const Dims dims{N / B, K, B / group, group};
+    const dnnl::memory::desc src(dims, Dt::bf16, Dims{B * K, group, K * group, 1});
+    const dnnl::memory::desc dst(dims, Dt::f32, Dims{K * B, B, group, 1});
+    thread_local at::Tensor buffer;
+    const int64_t bytes = static_cast<int64_t>(preferred->get_size());
+    if (!buffer.defined() || buffer.numel() < bytes) buffer = at::empty({bytes}, at::kByte);
+    dnnl::engine& engine = CpuEngine();
+    dnnl::stream stream(engine);
+    dnnl::memory s(src, engine, const_cast<uint16_t*>(P));
+    dnnl::memory d(dst, engine, buffer.data_ptr());
+    dnnl::reorder(s, d).execute(stream, s, d);
+    stream.wait();
+    return RunGemm(x, *preferred, buffer.data_ptr());
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
 bool DnnlGemmBuilt() { return true; }
 
 #else  // built without oneDNN (the GPU image): LinearF32 is at::linear
@@ -247,15 +285,11 @@ int64_t PackedF32Weights::count() const { return 0; }
 bool PackedF32Weights::Add(const at::Tensor&) { return false; }
 at::Tensor LinearF32Dnnl(const at::Tensor&, const at::Tensor&) { return {}; }
 at::Tensor LinearBf16WidenedDnnl(const at::Tensor&, const at::Tensor&) { return {}; }
+at::Tensor LinearKMajorDnnl(const at::Tensor&, const uint16_t*, int64_t, int64_t, int64_t) { return {}; }
 int64_t PackedF32Bytes(int64_t N, int64_t K) { return N > 0 && K > 0 ? 4 * N * K : 0; }
 bool DnnlGemmBuilt() { return false; }
 
 #endif  // PDSERVE_HAVE_DNNL
-
-ScopedPackedF32::ScopedPackedF32(const PackedF32Weights* packs) : previous_(t_scoped_packs) {
-  t_scoped_packs = packs;
-}
-ScopedPackedF32::~ScopedPackedF32() { t_scoped_packs = previous_; }
 
 void SetPackF32Weights(bool on) { g_pack_f32.store(on); }
 bool PackF32Weights() { return g_pack_f32.load(); }

@@ -12,6 +12,10 @@
 //                      is in scope, else widened exactly to fp32 and packed
 //                      in one pass (a oneDNN reorder into a buffer per
 //                      thread), then the packed GEMM; undefined likewise
+//   LinearKMajorDnnl   the same for bf16 W given by its k-major pack
+//                      (gemv_kmajor.h): widened and packed in one reorder
+//                      where oneDNN's layout is N-blocks of whole groups,
+//                      k-major within (BA16a64b); undefined otherwise
 //   F32GemmUsesDnnl    whether LinearF32 calls oneDNN: yes unless
 //                      PDSERVE_F32_GEMM=openblas (read once; for A/B runs)
 //   DnnlGemmMayServe   F32GemmUsesDnnl and no autograd through x or w: the
@@ -47,6 +51,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/util/thread_scope.h"
+
 namespace pdserve {
 
 at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w);
@@ -54,6 +60,8 @@ at::Tensor LinearF32(const at::Tensor& x, const at::Tensor& w);
 at::Tensor LinearF32Dnnl(const at::Tensor& x, const at::Tensor& w);
 
 at::Tensor LinearBf16WidenedDnnl(const at::Tensor& x, const at::Tensor& w);
+// x [M, K] fp32; P the pack of W [N, K] in groups of `group` outputs.
+at::Tensor LinearKMajorDnnl(const at::Tensor& x, const uint16_t* P, int64_t N, int64_t K, int64_t group);
 
 bool F32GemmUsesDnnl();
 
@@ -85,16 +93,7 @@ class PackedF32Weights {
   std::unique_ptr<Impl> impl_;
 };
 
-class ScopedPackedF32 {
- public:
-  explicit ScopedPackedF32(const PackedF32Weights* packs);  // nullptr: none
-  ~ScopedPackedF32();
-  ScopedPackedF32(const ScopedPackedF32&) = delete;
-  ScopedPackedF32& operator=(const ScopedPackedF32&) = delete;
-
- private:
-  const PackedF32Weights* previous_;
-};
+using ScopedPackedF32 = ThreadScope<PackedF32Weights>;  // common/util/thread_scope.h
 
 void SetPackF32Weights(bool on);
 bool PackF32Weights();

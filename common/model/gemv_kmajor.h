@@ -4,6 +4,9 @@
 //   PackBf16KMajor   W [N, K] (row-major bf16) -> its pack, groups [g0, g1)
 //   GemvBf16KMajor   y = x W^T for output columns [n0, n1), any number of
 //                    rows of x, from the pack
+//   WidenKMajorT     W^T [K, ldw] in fp32 from the pack, groups [g0, g1)
+//                    (prefill's GEMMs where the pack is the only copy)
+//   WidenKMajorRow   row n of W in fp32 from the pack (an embedding lookup)
 //
 // Layout: W's rows (the outputs) in groups of kKMajorGroup = 32, N padded
 // with zero rows to a multiple of 32. Group g holds, for k = 0 .. K-1 in
@@ -51,5 +54,13 @@ void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int
                     float* y, int64_t ldy, GemvIsa isa);
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
                     float* y, int64_t ldy);
+
+// wt[k * ldw + n] = W[n][k] exactly widened, for k < K and n in the groups
+// [g0, g1) (n < KMajorGroups(N) * kKMajorGroup: padding rows give zeros);
+// ldw >= that padded N. Groups are independent (callers may split them).
+void WidenKMajorT(const uint16_t* P, int64_t K, int64_t g0, int64_t g1, float* wt, int64_t ldw);
+
+// out[k] = W[n][k] exactly widened, k < K.
+void WidenKMajorRow(const uint16_t* P, int64_t K, int64_t n, float* out);
 
 }  // namespace pdserve

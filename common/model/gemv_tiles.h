@@ -51,18 +51,21 @@ inline int64_t GemvChunkRows(int64_t N, int64_t align = 1) {
   return (rows + align - 1) / align * align;
 }
 
-// Calls kernel(m, rows, t0, t1) for every group of at most kGemvMaxRows
+// Calls kernel(m, rows, t0, t1) for every group of at most `group_rows`
 // rows of x starting at row m, and output columns [t0, t1), in parallel
-// over the N output columns (ForEachChunk). Up to kGemvMaxRows rows, a
+// over the N output columns (ForEachChunk). Up to `group_rows` rows, a
 // chunk streams its column range once. Past that, a chunk is a tile of
 // GemvTileRows(row_bytes) weight rows that goes through every row group
 // while it sits in L2, so DRAM sees each weight once per call. Each output
 // is still one kernel row with one summation order: tiling changes no bits.
+// A kernel that blocks any number of rows itself (the k-major one) takes
+// group_rows = M, and `align` = its output group, so chunks hold whole groups.
 template <typename Kernel>
-void ForEachGemvTile(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel) {
-  const int64_t chunk = M <= kGemvMaxRows ? GemvChunkRows(N) : GemvTileRows(row_bytes);
+void ForEachGemvTile(int64_t M, int64_t N, int64_t row_bytes, const Kernel& kernel,
+                     int64_t group_rows = kGemvMaxRows, int64_t align = 1) {
+  const int64_t chunk = M <= group_rows ? GemvChunkRows(N, align) : GemvTileRows(row_bytes);
   ForEachChunk(N, chunk, [&](int64_t t0, int64_t t1) {
-    for (int64_t m = 0; m < M; m += kGemvMaxRows) kernel(m, std::min(kGemvMaxRows, M - m), t0, t1);
+    for (int64_t m = 0; m < M; m += group_rows) kernel(m, std::min(group_rows, M - m), t0, t1);
   });
 }
 

@@ -1,23 +1,33 @@
 // The k-major copies of a model's bf16 matrices (gemv_kmajor.h) that the
 // decode kernels read under --bf16-matmul kmajor (bf16_matmul.h):
 //   KMajorPacks        packs made at load, found by the address of the
-//                      matrix they copy
+//                      matrix they copy (Add) or replace (Take)
 //   ScopedKMajorPacks  puts one model's packs in scope for the calling
 //                      thread (Transformer::Forward); AsGemvMatrix
 //                      (gemv_matrix.h) looks there
 //   CurrentKMajorPacks the packs in scope, or nullptr
 //   SetKMajorPacksInUse  benchmarks: hide every model's packs, for a
-//                      same-process comparison with widen's decode
+//                      same-process comparison with widen's decode (only
+//                      where the row-major matrices were kept)
+//   SetKMajorKeepsRowMajor  benchmarks: Transformer adds (keeps the
+//                      row-major matrices) instead of taking
 //
-// The row-major matrices stay: prefill's GEMMs, the embedding lookup of a
-// tied head and every other path read them, so the packs cost as many
-// bytes again as the bf16 matrices (counted in the memory estimate).
+// Taken, a pack is the only copy of its matrix: decode multiplies from it,
+// prefill's GEMMs widen it (WidenKMajorT), a tied embedding's lookup
+// gathers from it (WidenKMajorRow), so the mode holds the bf16 weights once
+// (plus the padding of N to a multiple of 32). The matrix's tensor stays as
+// a stand-in: the same shape, dtype and strides over an address range
+// reserved without memory and without access, so every view of it (an
+// expert, q within q|kv) keeps the address its pack is found by, and a read
+// that bypasses the packs faults at once instead of reading zeros.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <unordered_map>
+
+#include "common/util/thread_scope.h"
 
 namespace pdserve {
 
@@ -31,6 +41,11 @@ class KMajorPacks {
   // another dtype, a non-contiguous w or other shapes.
   bool Add(const at::Tensor& w, HugePageArena* arena);
 
+  // Add, with the packs found by the address of a stand-in that replaces
+  // *w (above). The values *w held are freed when nothing else holds them.
+  // False, and *w unchanged, where Add would refuse.
+  bool Take(at::Tensor* w, HugePageArena* arena);
+
   // The pack of the matrix whose first element is at `data`, when it has
   // `cols` columns and at least `rows` rows (a view of its first rows, such
   // as q_proj within q|kv, reads the pack's first outputs); else nullptr.
@@ -38,33 +53,35 @@ class KMajorPacks {
 
   int64_t bytes() const { return bytes_; }
   int64_t count() const { return static_cast<int64_t>(packs_.size()); }
+  // True when some pack was taken: then these packs must stay in use.
+  bool holds_only_copies() const { return taken_; }
 
  private:
   struct Pack {
     at::Tensor data;  // uint16 storage as kShort
     int64_t rows, cols;
   };
+  bool AddKeyed(const at::Tensor& w, const void* key, HugePageArena* arena);
+
   std::unordered_map<const void*, Pack> packs_;
   int64_t bytes_ = 0;
+  bool taken_ = false;
 };
 
-class ScopedKMajorPacks {
- public:
-  explicit ScopedKMajorPacks(const KMajorPacks* packs);  // nullptr: none
-  ~ScopedKMajorPacks();
-  ScopedKMajorPacks(const ScopedKMajorPacks&) = delete;
-  ScopedKMajorPacks& operator=(const ScopedKMajorPacks&) = delete;
-
- private:
-  const KMajorPacks* previous_;
-};
+using ScopedKMajorPacks = ThreadScope<KMajorPacks>;  // common/util/thread_scope.h
 
 const KMajorPacks* CurrentKMajorPacks();
 
 // Benchmarks only (pdserve-step-bench --alternate-kmajor): false makes
-// CurrentKMajorPacks return nullptr in every thread, so decode reads the
-// row-major matrices with widen's kernels and bits; true (the default)
-// undoes it.
+// CurrentKMajorPacks return nullptr in every thread, unless the packs in
+// scope hold the only copies, so decode reads the row-major matrices with
+// widen's kernels and bits; true (the default) undoes it.
 void SetKMajorPacksInUse(bool on);
+
+// Benchmarks only: true before a model loads makes it keep its row-major
+// bf16 matrices beside the packs (twice the memory), as SetKMajorPacksInUse
+// needs. Default false. Read by Transformer and the memory estimate.
+void SetKMajorKeepsRowMajor(bool on);
+bool KMajorKeepsRowMajor();
 
 }  // namespace pdserve

@@ -11,6 +11,7 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/decode_attention.h"
+#include "common/model/fingerprint.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
@@ -71,14 +72,11 @@ at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMa
   at::Tensor y = at::empty({M, N}, at::kFloat);
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  if (wm.kmajor != nullptr) {  // every row in each call: the kernel blocks them itself
-    ForEachChunk(N, GemvChunkRows(N, kKMajorGroup),
-                 [&](int64_t t0, int64_t t1) { GemvRows(xp, M, wm, t0, t1, yp, N); });
-    return y;
-  }
-  ForEachGemvTile(M, N, K * w.element_size(), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
-    GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N);
-  });
+  const bool kmajor = wm.kmajor != nullptr;  // every row in each call: the kernel blocks them itself
+  ForEachGemvTile(
+      M, N, K * w.element_size(),
+      [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) { GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N); },
+      kmajor ? std::max<int64_t>(M, 1) : kGemvMaxRows, kmajor ? kKMajorGroup : 1);
   return y;
 }
 
@@ -106,6 +104,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
     // (the LM head alone is 196 MB in bf16); gemv_tiles.h.
     return GemvRowsLinear(x, w, wm);
   }
+  // Prefill-sized under kmajor: W widened from its pack (maybe the only copy).
+  if (!needs_grad && M > 0 && wm.kmajor != nullptr) return LinearBf16KMajorWidened(x, wm.kmajor, wm.rows, wm.cols);
   // bf16 weights: widened exactly, or (opt-in) bf16 activations: bf16 GEMM
   // on AMX, or the dot kernel GemvRows uses above.
   if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
@@ -117,33 +117,43 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
                                     [](const LayerWeights& L) { return L.q_proj.requires_grad(); });
   if (training) return;
   at::NoGradGuard no_grad;
-  const int64_t F = w_.config.expert_hidden;
   // Fused products, then every weight decode streams on 2 MiB pages.
   HugePageArena arena;
   auto place = [&arena](const at::Tensor& t) { return PlaceOnHugePages(&arena, t); };
-  for (LayerWeights& L : w_.layers) {
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    LayerWeights& L = w_.layers[l];
     Fused f;
     f.qkv = place(at::cat({L.q_proj, L.kv_proj}, 0));
-    L.q_proj = f.qkv.narrow(0, 0, L.q_proj.size(0));
-    L.kv_proj = f.qkv.narrow(0, L.q_proj.size(0), L.kv_proj.size(0));
     f.gate_up = place(at::cat({L.gate_proj, L.up_proj}, 1));
-    L.gate_proj = f.gate_up.narrow(1, 0, F);
-    L.up_proj = f.gate_up.narrow(1, F, F);
     for (size_t j = 0; j < L.shared_gate.size(); ++j) {
       f.shared.push_back(place(at::cat({L.shared_gate[j], L.shared_up[j]}, 0)));
-      L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
-      L.shared_up[j] = f.shared[j].narrow(0, F, F);
       L.shared_down[j] = place(L.shared_down[j]);
     }
     L.o_proj = place(L.o_proj);
     L.down_proj = place(L.down_proj);
     fused_.push_back(std::move(f));
+    BindFusedViews(l);
   }
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
   if (PackF32Weights()) PackLayerWeights();
-  if (GetBf16Matmul() == Bf16Matmul::kKMajor && GemvAvailable()) PackKMajor(&arena);
+  if (GetBf16Matmul() == Bf16Matmul::kKMajor && GemvAvailable()) PackKMajor();
   ReleaseFreedHeap();
+}
+
+void Transformer::BindFusedViews(size_t l) {
+  const ModelConfig& c = w_.config;
+  const int64_t F = c.expert_hidden, q_rows = c.n_heads * c.head_dim;
+  LayerWeights& L = w_.layers[l];
+  const Fused& f = fused_[l];
+  L.q_proj = f.qkv.narrow(0, 0, q_rows);
+  L.kv_proj = f.qkv.narrow(0, q_rows, f.qkv.size(0) - q_rows);
+  L.gate_proj = f.gate_up.narrow(1, 0, F);
+  L.up_proj = f.gate_up.narrow(1, F, F);
+  for (size_t j = 0; j < f.shared.size(); ++j) {
+    L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
+    L.shared_up[j] = f.shared[j].narrow(0, F, F);
+  }
 }
 
 bool PacksLayerWeights(WeightsDtype dtype) {
@@ -180,23 +190,48 @@ void Transformer::PackLayerWeights() {
   if (packs->count() > 0) packed_ = std::move(packs);
 }
 
-void Transformer::PackKMajor(HugePageArena* arena) {
+void Transformer::PackKMajor() {
   auto packs = std::make_shared<KMajorPacks>();
-  // Every matrix decode reads (KMajorPacks::Add skips the ones not bf16).
+  // Its own arena: the row-major matrices' chunks are unmapped once taken.
+  HugePageArena arena;
+  const bool keep = KMajorKeepsRowMajor();
+  if (!keep) fingerprint_ = ModelFingerprint(w_);  // the values are about to go
+  // Every matrix decode reads (KMajorPacks skips the ones not bf16).
+  const auto pack = [&](at::Tensor* w) { keep ? packs->Add(*w, &arena) : packs->Take(w, &arena); };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const LayerWeights& L = w_.layers[l];
-    const Fused& f = fused_[l];
-    packs->Add(f.qkv, arena);
-    packs->Add(L.o_proj, arena);
-    packs->Add(f.gate_up, arena);
-    packs->Add(L.down_proj, arena);
+    LayerWeights& L = w_.layers[l];
+    Fused& f = fused_[l];
+    pack(&f.qkv);
+    pack(&L.o_proj);
+    pack(&f.gate_up);
+    pack(&L.down_proj);
     for (size_t j = 0; j < f.shared.size(); ++j) {
-      packs->Add(f.shared[j], arena);
-      packs->Add(L.shared_down[j], arena);
+      pack(&f.shared[j]);
+      pack(&L.shared_down[j]);
     }
+    BindFusedViews(l);  // views of the stand-ins where the packs took the matrices
   }
-  packs->Add(w_.config.tie_embeddings ? w_.embed : w_.head, arena);
+  pack(w_.config.tie_embeddings ? &w_.embed : &w_.head);
+  if (!packs->holds_only_copies()) fingerprint_.clear();
   if (packs->count() > 0) kmajor_ = std::move(packs);
+}
+
+std::string Transformer::Fingerprint() const { return fingerprint_.empty() ? ModelFingerprint(w_) : fingerprint_; }
+
+at::Tensor Transformer::Embed(const at::Tensor& ids) const {
+  if (IsQ8(w_.embed)) return EmbedRowsQ8(w_.embed, ids);
+  const int64_t V = w_.embed.size(0), D = w_.embed.size(1);
+  const uint16_t* pack = kmajor_ != nullptr && kmajor_->holds_only_copies()
+                             ? kmajor_->Find(w_.embed.data_ptr(), V, D)
+                             : nullptr;
+  if (pack == nullptr) return w_.embed.index_select(0, ids).to(at::kFloat);
+  const at::Tensor ic = ids.contiguous();
+  const int64_t N = ic.size(0);
+  const int64_t* ip = ic.data_ptr<int64_t>();
+  at::Tensor x = at::empty({N, D}, at::kFloat);
+  float* xp = x.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) WidenKMajorRow(pack, D, ip[n], xp + n * D);
+  return x;
 }
 
 std::vector<at::Tensor> Transformer::ClampedSinks() const {
@@ -416,8 +451,7 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
         return s.length == 1 && s.cache != nullptr;
       });
 
-  at::Tensor x = IsQ8(w_.embed) ? EmbedRowsQ8(w_.embed, ids) : w_.embed.index_select(0, ids);
-  if (x.scalar_type() != at::kFloat) x = x.to(at::kFloat);
+  at::Tensor x = Embed(ids);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];

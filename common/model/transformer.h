@@ -61,6 +61,9 @@ class Transformer {
   // The prefill GEMMs' packed fp32 weights; null when not packing.
   const PackedF32Weights* packed_f32() const { return packed_.get(); }
   const KMajorPacks* kmajor_packs() const { return kmajor_.get(); }  // null unless --bf16-matmul kmajor
+  // ModelFingerprint of the weights as loaded (hashed at load where the
+  // k-major packs replace the row-major matrices, else on each call).
+  std::string Fingerprint() const;
 
   // ids: [N] int64, the concatenation of `segments` (lengths sum to N).
   // Segments with a cache attend to its rows and append their new K/V.
@@ -78,8 +81,14 @@ class Transformer {
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
   void PackLayerWeights();
-  // Under --bf16-matmul kmajor: the k-major packs decode reads (kmajor_packs.h).
-  void PackKMajor(HugePageArena* arena);
+  // Under --bf16-matmul kmajor: the k-major packs, taking the place of the
+  // row-major matrices unless KMajorKeepsRowMajor() (kmajor_packs.h).
+  void PackKMajor();
+  // Layer l's q, kv, gate, up and shared gate/up as views of its fused tensors.
+  void BindFusedViews(size_t l);
+  // Rows `ids` of the embedding in fp32 (from its k-major pack where that
+  // is the only copy).
+  at::Tensor Embed(const at::Tensor& ids) const;
   // Attention of a forward's rows, segment by segment (prefill chunks, the
   // no-cache path): appends to each segment's cache as the masks require.
   // Returns [N, H*d]; ResourceExhausted from a cache at its cap.
@@ -121,6 +130,7 @@ class Transformer {
   std::shared_ptr<const PackedF32Weights> packed_;
   // The k-major packs Forward puts in scope; null when not packing.
   std::shared_ptr<const KMajorPacks> kmajor_;
+  std::string fingerprint_;  // set where the packs took the matrices
 };
 
 // x / sqrt(mean(x^2) + eps) * w, in fp32. Without autograd, 2-D fp32 x and
