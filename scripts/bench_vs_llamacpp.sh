@@ -121,7 +121,7 @@ make_models() {
 pd_int8_supported() { [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *int8* ]]; }
 # --bf16-matmul kmajor runs where pdserve knows the choice (its kernels need AVX2+FMA).
 bf16_kmajor_supported() {
-  grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor (prefill"* ]]
+  grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor ("* ]]
 }
 
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
