@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/model/avx2_util.h"
 #include "common/model/avx512_util.h"
@@ -14,13 +13,6 @@ namespace {
 constexpr int64_t G = kKMajorGroup;
 constexpr int kBlockGroups = 4;  // groups per block: 128 outputs, ~192 KiB at K = 768 (stays in L2)
 constexpr int kMaxRows = 8;      // rows of x per pass, at most
-
-inline float Bf16ToFloat(uint16_t b) {  // exact: bf16 is fp32's upper half
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 // One pass: rows [0, MR) of x (row stride K) against NG groups, group g at
 // P + g * gstride, into out[i * ldo + 32 g + j]. pf > 0: prefetch each
@@ -184,20 +176,26 @@ void PackBf16KMajor(const uint16_t* W, int64_t N, int64_t K, int64_t g0, int64_t
   }
 }
 
+// Only where packs exist, which needs AVX2 + FMA (GemvAvailable()).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
 void WidenKMajorT(const uint16_t* P, int64_t K, int64_t g0, int64_t g1, float* wt, int64_t ldw) {
+  static_assert(G % 8 == 0, "a group is whole AVX2 vectors");
   for (int64_t g = g0; g < g1; ++g) {
     const uint16_t* src = P + g * K * G;
     for (int64_t k = 0; k < K; ++k) {
       float* dst = wt + k * ldw + g * G;
-      for (int64_t j = 0; j < G; ++j) dst[j] = Bf16ToFloat(src[k * G + j]);
+#pragma GCC unroll 4
+      for (int64_t j = 0; j < G; j += 8) _mm256_storeu_ps(dst + j, avx2::Load8(src + k * G + j));
     }
   }
 }
 
 void WidenKMajorRow(const uint16_t* P, int64_t K, int64_t n, float* out) {
   const uint16_t* src = P + (n / G) * K * G + n % G;
-  for (int64_t k = 0; k < K; ++k) out[k] = Bf16ToFloat(src[k * G]);
+  for (int64_t k = 0; k < K; ++k) out[k] = avx2::Load1(src + k * G);
 }
+#pragma GCC pop_options
 
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
                     float* y, int64_t ldy, GemvIsa isa) {

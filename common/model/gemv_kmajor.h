@@ -55,6 +55,7 @@ void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
                     float* y, int64_t ldy);
 
+// The two widenings need AVX2 + FMA (GemvAvailable(), as packs do).
 // wt[k * ldw + n] = W[n][k] exactly widened, for k < K and n in the groups
 // [g0, g1) (n < KMajorGroups(N) * kKMajorGroup: padding rows give zeros);
 // ldw >= that padded N. Groups are independent (callers may split them).

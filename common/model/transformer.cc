@@ -195,9 +195,14 @@ void Transformer::PackKMajor() {
   // Its own arena: the row-major matrices' chunks are unmapped once taken.
   HugePageArena arena;
   const bool keep = KMajorKeepsRowMajor();
-  if (!keep) fingerprint_ = ModelFingerprint(w_);  // the values are about to go
   // Every matrix decode reads (KMajorPacks skips the ones not bf16).
-  const auto pack = [&](at::Tensor* w) { keep ? packs->Add(*w, &arena) : packs->Take(w, &arena); };
+  const auto pack = [&](at::Tensor* w) {
+    if (keep) return packs->Add(*w, &arena);
+    // The values are about to go: the fingerprint hashes them first, once,
+    // and only if a matrix is bf16 (f32 or int8 weights take nothing).
+    if (fingerprint_.empty() && w->scalar_type() == at::kBFloat16) fingerprint_ = ModelFingerprint(w_);
+    return packs->Take(w, &arena);
+  };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     LayerWeights& L = w_.layers[l];
     Fused& f = fused_[l];
@@ -221,9 +226,9 @@ std::string Transformer::Fingerprint() const { return fingerprint_.empty() ? Mod
 at::Tensor Transformer::Embed(const at::Tensor& ids) const {
   if (IsQ8(w_.embed)) return EmbedRowsQ8(w_.embed, ids);
   const int64_t V = w_.embed.size(0), D = w_.embed.size(1);
-  const uint16_t* pack = kmajor_ != nullptr && kmajor_->holds_only_copies()
-                             ? kmajor_->Find(w_.embed.data_ptr(), V, D)
-                             : nullptr;
+  // Gathered from the pack where there is one (the same values as the
+  // matrix's, which a stand-in no longer holds).
+  const uint16_t* pack = kmajor_ != nullptr ? kmajor_->Find(w_.embed.data_ptr(), V, D) : nullptr;
   if (pack == nullptr) return w_.embed.index_select(0, ids).to(at::kFloat);
   const at::Tensor ic = ids.contiguous();
   const int64_t N = ic.size(0);
