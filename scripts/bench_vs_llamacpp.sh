@@ -22,8 +22,9 @@
 # "deep", which QUICK=1 leaves out), decode 16 sequences (BF16), prefill 512 and 4096 (F32, BF16), and Q8_0 rows
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
 # AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
-# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"), and the BF16 decode rows
-# with --bf16-matmul kmajor (exact products from k-major copies packed at load; " kmajor"). The F32 prefill rows,
+# rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). pdserve's rows run
+# --bf16-matmul auto (kmajor: exact products from k-major packs made at load; split on AMX CPUs); the
+# BF16 decode rows also run with the exact path auto did not pick (" widen", or " kmajor" on AMX). The F32 prefill rows,
 # and the BF16 ones on the exact path (--bf16-matmul widen), also run with --f32-packed-weights
 # (weights packed at load as fp32 for oneDNN; tool names end in " packed").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
@@ -124,6 +125,12 @@ bf16_kmajor_supported() {
   grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor ("* ]]
 }
 
+# --bf16-matmul auto is split where the CPU runs the amx ISA (AMX-BF16 listed, PDSERVE_ISA not
+# narrower), else kmajor where the CPU has AVX2+FMA, else widen.
+bf16_auto_is_split() {
+  grep -qw amx_bf16 /proc/cpuinfo && [[ ${PDSERVE_ISA:-} != avx2 && ${PDSERVE_ISA:-} != avx512 ]]
+}
+
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
 bf16_dot_supported() {
   grep -qw avx512_bf16 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
@@ -216,13 +223,17 @@ run_decode_rows() {
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
-  # --bf16-matmul kmajor: exact products from k-major packs made at load (any AVX2 CPU).
-  if bf16_kmajor_supported; then
-    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_decode "$r" decode_d32_bf16 bf16 32 64
-    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_step "$r" decode_d32_bf16 bf16 1
-    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_decode "$r" decode_d4096_bf16 bf16 4096 32
-    PD_BF16_MATMUL=kmajor PD_TOOL_SUFFIX=" kmajor" pd_step "$r" decode_b16_bf16 bf16 16
-  fi
+  # The exact bf16 path auto does not pick: kmajor (k-major packs made at load) where auto is
+  # split (AMX), else widen (row-major bf16 widened per call, the default before kmajor).
+  local other
+  for other in kmajor widen; do
+    [[ $other == kmajor ]] && ! { bf16_kmajor_supported && bf16_auto_is_split; } && continue
+    [[ $other == widen ]] && ! { bf16_kmajor_supported && ! bf16_auto_is_split; } && continue
+    PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d32_bf16 bf16 32 64
+    PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_step "$r" decode_d32_bf16 bf16 1
+    PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d4096_bf16 bf16 4096 32
+    PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_step "$r" decode_b16_bf16 bf16 16
+  done
   if bf16_dot_supported; then
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_bf16 bf16 32 64
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_d32_bf16 bf16 1

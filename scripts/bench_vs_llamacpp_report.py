@@ -133,8 +133,7 @@ ROWS = [
     ("decode_b16_q8", "pdserve-step-bench B=16 dot", "decode, 16 sequences, Q8_0 vs pdserve int8 dot kernel", 2.0,
      ("q8", 32, 32, 16)),
     ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
-    # pdserve --bf16-matmul kmajor (exact products from k-major copies of the bf16 matrices packed at load;
-    # opt-in: the bf16 weights held twice).
+    # pdserve --bf16-matmul kmajor, where auto is split (AMX CPUs); elsewhere auto is kmajor (the rows above).
     ("decode_d32_bf16", "pdserve-decode-bench kmajor", "decode, batch 1, depth 32, BF16, pdserve kmajor", 1.15,
      ("bf16", 32, 64, 1)),
     ("decode_d32_bf16", "pdserve-step-bench B=1 kmajor",
@@ -142,6 +141,15 @@ ROWS = [
     ("decode_d4096_bf16", "pdserve-decode-bench kmajor", "decode at depth 4096, BF16, pdserve kmajor", 1.5,
      ("bf16", 4096, 32, 1)),
     ("decode_b16_bf16", "pdserve-step-bench B=16 kmajor", "decode, 16 sequences, BF16, pdserve kmajor", 2.0,
+     ("bf16", 32, 32, 16)),
+    # pdserve --bf16-matmul widen (bf16 weights widened per call: the default before kmajor), where auto is kmajor.
+    ("decode_d32_bf16", "pdserve-decode-bench widen", "decode, batch 1, depth 32, BF16, pdserve widen", 1.15,
+     ("bf16", 32, 64, 1)),
+    ("decode_d32_bf16", "pdserve-step-bench B=1 widen",
+     "decode, batch 1, depth 32, BF16 (step B=1), pdserve widen", 1.15, ("bf16", 32, 32, 1)),
+    ("decode_d4096_bf16", "pdserve-decode-bench widen", "decode at depth 4096, BF16, pdserve widen", 1.5,
+     ("bf16", 4096, 32, 1)),
+    ("decode_b16_bf16", "pdserve-step-bench B=16 widen", "decode, 16 sequences, BF16, pdserve widen", 2.0,
      ("bf16", 32, 32, 16)),
     # pdserve --bf16-matmul dot (activations rounded to bf16, as llama.cpp's BF16 path; opt-in, AVX512-BF16
     # CPUs only: rows without a pdserve value where the CPU lacks it).

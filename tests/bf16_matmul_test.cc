@@ -23,10 +23,14 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   EXPECT_EQ(ParseBf16Matmul("fast").status().code(), absl::StatusCode::kInvalidArgument);
   // The default (no flag parsed yet, and "auto") is the exact split GEMM
   // where the CPU runs the amx ISA (unless PDSERVE_ISA forces a narrower
-  // one), else widen; never the inexact amx.
+  // one), else the exact k-major packs where their kernels run, else
+  // widen; never the inexact amx or dot.
   const absl::StatusOr<Isa> isa = HostIsa();
   const bool amx_isa = isa.ok() && *isa == Isa::kAmx;
-  EXPECT_EQ(DefaultBf16Matmul(), amx_isa ? Bf16Matmul::kAmxSplit : Bf16Matmul::kWiden);
+  const Bf16Matmul want = amx_isa            ? Bf16Matmul::kAmxSplit
+                          : GemvAvailable()  ? Bf16Matmul::kKMajor
+                                             : Bf16Matmul::kWiden;
+  EXPECT_EQ(DefaultBf16Matmul(), want);
   EXPECT_EQ(GetBf16Matmul(), DefaultBf16Matmul());
   EXPECT_EQ(ParseBf16Matmul("auto").value(), DefaultBf16Matmul());
   if (HostCpuFeatures().amx_bf16) {
@@ -34,7 +38,7 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   } else {
     EXPECT_EQ(ParseBf16Matmul("amx").status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmx).code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
+    EXPECT_EQ(GetBf16Matmul(), want);  // unchanged
   }
   if (AmxSplitAvailable()) {
     EXPECT_EQ(ParseBf16Matmul("split").value(), Bf16Matmul::kAmxSplit);
@@ -43,7 +47,7 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
     EXPECT_EQ(parsed.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(parsed.message().find("amx_bf16"), std::string::npos) << parsed;
     EXPECT_EQ(SetBf16Matmul(Bf16Matmul::kAmxSplit).code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(GetBf16Matmul(), Bf16Matmul::kWiden);
+    EXPECT_EQ(GetBf16Matmul(), want);
   }
   if (GemvBf16DotAvailable()) {
     EXPECT_EQ(ParseBf16Matmul("dot").value(), Bf16Matmul::kDot);

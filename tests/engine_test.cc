@@ -219,6 +219,12 @@ TEST_F(EngineTest, BatchedDecodeMatchesOneAtATimeExactly) { ExpectBatchedDecodeE
 // and both give the same bits. The mode really changes the logits.
 TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  // Loaded under widen, which keeps the row-major matrices dot reads (the
+  // default, kmajor, replaces them with its packs).
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
   ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
   ConvertWeights(&w, WeightsDtype::kBF16);
   const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
@@ -229,9 +235,6 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
     return logits.ok() ? *logits : at::Tensor();
   };
   const at::Tensor widened = last_logits();
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
   EXPECT_FALSE(at::equal(last_logits(), widened));
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
@@ -317,14 +320,16 @@ TEST_F(EngineTest, BatchedPrefillMatchesAloneExactly) {
 }
 
 TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
+  struct Restore {
+    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
+  } restore;
+  // widen keeps the row-major matrices that dot reads below.
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
   ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
   ConvertWeights(&w, WeightsDtype::kBF16);
   const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
   ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
   EXPECT_EQ(engine->ExactPrefillBatchTokens(), 32);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
   ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});

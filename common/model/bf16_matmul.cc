@@ -43,7 +43,10 @@ std::atomic<int> g_mode{-1};
 Bf16Matmul DefaultBf16Matmul() {
   static const Bf16Matmul mode = [] {
     const absl::StatusOr<Isa> isa = HostIsa();  // PDSERVE_ISA=avx2|avx512 keeps AMX off
-    return isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable() ? Bf16Matmul::kAmxSplit : Bf16Matmul::kWiden;
+    if (isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable()) return Bf16Matmul::kAmxSplit;
+    // k-major packs where their kernels run (AVX2 + FMA): exact products
+    // as widen's, faster decode, the same memory (docs/benchmarks.md 40-42).
+    return GemvAvailable() ? Bf16Matmul::kKMajor : Bf16Matmul::kWiden;
   }();
   return mode;
 }

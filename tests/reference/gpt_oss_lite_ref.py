@@ -7,6 +7,11 @@ whole sequence for every generated token. numpy only; run with /usr/bin/python3.
   init     --config CONFIG.json --seed S --dtype {F32,BF16,F16} --out DIR
   generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N
            [--temperature T] [--top-p P] [--top-k K] [--seed S] [--dump-logits FILE]
+           [--float64]
+
+--float64 computes every step in float64 instead of the spec's fp32: a judge
+for a sampled token where fp32 rounding (numpy's BLAS kernels differ by CPU)
+flips a near-tie of the sampler.
 """
 import argparse
 import json
@@ -340,7 +345,11 @@ def main():
     pg.add_argument("--top-k", type=int, default=0)
     pg.add_argument("--seed", type=int, default=0)
     pg.add_argument("--dump-logits", default=None)
+    pg.add_argument("--float64", action="store_true")
     args = ap.parse_args()
+    if getattr(args, "float64", False):
+        global F32
+        F32 = np.float64  # every function reads F32 when called
     cmd_init(args) if args.cmd == "init" else cmd_generate(args)
 
 
