@@ -23,8 +23,9 @@
 # (pdserve int8 only where its binaries accept --weights-dtype int8, else n/a). Where the CPU has
 # AVX512-BF16, the pdserve BF16 decode and prefill rows also run with --bf16-matmul dot (activations
 # rounded to bf16, as llama.cpp's BF16 path does; tool names end in " dot"). pdserve's rows run
-# --bf16-matmul auto (kmajor: exact products from k-major packs made at load; split on AMX CPUs); the
-# BF16 decode rows also run with the exact path auto did not pick (" widen", or " kmajor" on AMX). The F32 prefill rows,
+# --bf16-matmul auto (kmajor, exact products from k-major packs made at load, on AVX-512 CPUs; split
+# on AMX CPUs; widen on AVX2-only ones); the BF16 decode rows also run with the exact path auto did
+# not pick (" widen" where auto is kmajor, else " kmajor"). The F32 prefill rows,
 # and the BF16 ones on the exact path (--bf16-matmul widen), also run with --f32-packed-weights
 # (weights packed at load as fp32 for oneDNN; tool names end in " packed").
 # llama.cpp gets its best flash-attention setting per row: both are run where cheap (all rows but
@@ -125,10 +126,14 @@ bf16_kmajor_supported() {
   grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor ("* ]]
 }
 
-# --bf16-matmul auto is split where the CPU runs the amx ISA (AMX-BF16 listed, PDSERVE_ISA not
-# narrower), else kmajor where the CPU has AVX2+FMA, else widen.
-bf16_auto_is_split() {
-  grep -qw amx_bf16 /proc/cpuinfo && [[ ${PDSERVE_ISA:-} != avx2 && ${PDSERVE_ISA:-} != avx512 ]]
+# What --bf16-matmul auto picks (common/model/bf16_matmul.h): split where the CPU runs the amx ISA
+# (AMX-BF16 listed, PDSERVE_ISA not narrower), else kmajor where the decode kernels run AVX-512
+# (and pdserve knows kmajor), else widen.
+bf16_auto_mode() {
+  local isa=${PDSERVE_ISA:-}
+  if grep -qw amx_bf16 /proc/cpuinfo && [[ $isa != avx2 && $isa != avx512 ]]; then echo split
+  elif grep -qw avx512f /proc/cpuinfo && [[ $isa != avx2 ]] && bf16_kmajor_supported; then echo kmajor
+  else echo widen; fi
 }
 
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
@@ -223,12 +228,12 @@ run_decode_rows() {
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
-  # The exact bf16 path auto does not pick: kmajor (k-major packs made at load) where auto is
-  # split (AMX), else widen (row-major bf16 widened per call, the default before kmajor).
+  # The exact bf16 path auto does not pick: widen (row-major bf16 widened per call) where auto is
+  # kmajor, else kmajor (k-major packs made at load) where pdserve has it.
   local other
   for other in kmajor widen; do
-    [[ $other == kmajor ]] && ! { bf16_kmajor_supported && bf16_auto_is_split; } && continue
-    [[ $other == widen ]] && ! { bf16_kmajor_supported && ! bf16_auto_is_split; } && continue
+    if [[ $(bf16_auto_mode) == kmajor ]]; then [[ $other == widen ]] || continue
+    else [[ $other == kmajor ]] && bf16_kmajor_supported || continue; fi
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d32_bf16 bf16 32 64
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_step "$r" decode_d32_bf16 bf16 1
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d4096_bf16 bf16 4096 32

@@ -133,7 +133,7 @@ ROWS = [
     ("decode_b16_q8", "pdserve-step-bench B=16 dot", "decode, 16 sequences, Q8_0 vs pdserve int8 dot kernel", 2.0,
      ("q8", 32, 32, 16)),
     ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
-    # pdserve --bf16-matmul kmajor, where auto is split (AMX CPUs); elsewhere auto is kmajor (the rows above).
+    # pdserve --bf16-matmul kmajor, where auto is not kmajor (AMX CPUs: split; AVX2-only CPUs: widen).
     ("decode_d32_bf16", "pdserve-decode-bench kmajor", "decode, batch 1, depth 32, BF16, pdserve kmajor", 1.15,
      ("bf16", 32, 64, 1)),
     ("decode_d32_bf16", "pdserve-step-bench B=1 kmajor",

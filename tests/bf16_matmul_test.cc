@@ -23,13 +23,13 @@ TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   EXPECT_EQ(ParseBf16Matmul("fast").status().code(), absl::StatusCode::kInvalidArgument);
   // The default (no flag parsed yet, and "auto") is the exact split GEMM
   // where the CPU runs the amx ISA (unless PDSERVE_ISA forces a narrower
-  // one), else the exact k-major packs where their kernels run, else
-  // widen; never the inexact amx or dot.
+  // one), else the exact k-major packs where the decode kernels run
+  // AVX-512, else widen; never the inexact amx or dot.
   const absl::StatusOr<Isa> isa = HostIsa();
   const bool amx_isa = isa.ok() && *isa == Isa::kAmx;
-  const Bf16Matmul want = amx_isa            ? Bf16Matmul::kAmxSplit
-                          : GemvAvailable()  ? Bf16Matmul::kKMajor
-                                             : Bf16Matmul::kWiden;
+  const Bf16Matmul want = amx_isa                                  ? Bf16Matmul::kAmxSplit
+                          : GemvDefaultIsa() == GemvIsa::kAvx512 ? Bf16Matmul::kKMajor
+                                                                   : Bf16Matmul::kWiden;
   EXPECT_EQ(DefaultBf16Matmul(), want);
   EXPECT_EQ(GetBf16Matmul(), DefaultBf16Matmul());
   EXPECT_EQ(ParseBf16Matmul("auto").value(), DefaultBf16Matmul());

@@ -31,7 +31,7 @@ ABSL_FLAG(std::string, bf16_matmul, "auto",
           "repacked k-major at load in place of its row-major copy, the same memory; decode: exact fp32 "
           "products register-blocked across a batch's rows, faster; prefill widens the packs exactly; a "
           "different summation order, so logits differ from widen's in the last bits; needs AVX2+FMA) or auto (split where "
-          "the CPU runs the amx ISA, see PDSERVE_ISA, else kmajor where the CPU has AVX2+FMA, else widen). split and amx are refused at start on CPUs "
+          "the CPU runs the amx ISA, see PDSERVE_ISA, else kmajor where the CPU has AVX-512, else widen). split and amx are refused at start on CPUs "
           "without AMX-BF16, dot on CPUs without AVX512-BF16.");
 
 ABSL_FLAG(bool, f32_packed_weights, false,

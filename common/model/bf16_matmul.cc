@@ -44,9 +44,10 @@ Bf16Matmul DefaultBf16Matmul() {
   static const Bf16Matmul mode = [] {
     const absl::StatusOr<Isa> isa = HostIsa();  // PDSERVE_ISA=avx2|avx512 keeps AMX off
     if (isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable()) return Bf16Matmul::kAmxSplit;
-    // k-major packs where their kernels run (AVX2 + FMA): exact products
-    // as widen's, faster decode, the same memory (docs/benchmarks.md 40-42).
-    return GemvAvailable() ? Bf16Matmul::kKMajor : Bf16Matmul::kWiden;
+    // k-major packs where their AVX-512 kernels run: exact products as
+    // widen's, the same memory, faster decode (docs/benchmarks.md 40-42).
+    // Not with AVX2 kernels only: batch 1 lost ~25% there (section 42).
+    return GemvDefaultIsa() == GemvIsa::kAvx512 ? Bf16Matmul::kKMajor : Bf16Matmul::kWiden;
   }();
   return mode;
 }

@@ -5,8 +5,9 @@
 //                      (both opt-in: they round activations to bf16)
 //   ParseBf16Matmul    "widen" | "split" | "amx" | "dot" | "kmajor" | "auto"
 //   DefaultBf16Matmul  what "auto" picks: split where HostIsa() is amx, else
-//                      kmajor where the CPU has AVX2 + FMA, else widen; the
-//                      process default until SetBf16Matmul
+//                      kmajor where the decode kernels run AVX-512
+//                      (GemvDefaultIsa()), else widen; the process default
+//                      until SetBf16Matmul
 //   SetBf16Matmul      process-wide choice; an AMX path without AMX is refused
 //   LinearBf16         x W^T through the chosen path
 //   LinearBf16Widened  W widened to fp32 into a per-thread buffer, fp32

@@ -125,7 +125,7 @@ for dt in F32 BF16 F16; do
 done
 
 echo "--- bf16 weights in memory and a 200-token prompt: prefill GEMMs of more than 32 rows take the default"
-echo "    --bf16-matmul (split on AMX CPUs, fp32-accurate; kmajor elsewhere) and still give the reference's tokens"
+echo "    --bf16-matmul (split on AMX CPUs, fp32-accurate; kmajor on AVX-512, else widen) and still give the reference's tokens"
 P200=$(seq 0 199 | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + 11) % 300}')
 for args in "" "--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7"; do
   a=$("$BIN/pdserve-generate" --model "$TMP/ref_BF16" --weights-dtype bf16 --prompt-ids $P200 --max-new-tokens 30 \
