@@ -46,7 +46,7 @@ Bf16Matmul DefaultBf16Matmul() {
     if (isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable()) return Bf16Matmul::kAmxSplit;
     // k-major packs where their AVX-512 kernels run: exact products as
     // widen's, the same memory, faster decode (docs/benchmarks.md 40-42).
-    // Not with AVX2 kernels only: batch 1 lost ~25% there (section 42).
+    // Not with AVX2 kernels only: batch 1 lost ~28% there (section 42).
     return GemvDefaultIsa() == GemvIsa::kAvx512 ? Bf16Matmul::kKMajor : Bf16Matmul::kWiden;
   }();
   return mode;
