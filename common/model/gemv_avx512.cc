@@ -12,6 +12,7 @@
 #include "common/model/gemv_chains.h"
 #pragma GCC pop_options
 #include "common/model/gemv_kernels.h"
+#include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
@@ -101,11 +102,16 @@ void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float*
   // Weight rows per pass. bf16 weights against one row of x: one weight row
   // at a time, read whole and in order (as gemv_bf16dot.cc; four
   // interleaved rows streamed slower from DRAM, docs/benchmarks.md section
-  // 35). Otherwise four, which loads each x vector once per four FMAs.
-  constexpr int R = M == 1 && std::is_same_v<WT, uint16_t> ? 1 : 4;
+  // 35); fp32 weights too where AVX-512 runs on 256-bit halves (Zen 4:
+  // twice as fast there, ~10% slower on a Zen 5; section 42). Otherwise
+  // four, which loads each x vector once per four FMAs. The same bits.
+  static const bool f32_one_row = HostCpuFeatures().avx512_half_width;
+  const bool one_row = M == 1 && (std::is_same_v<WT, uint16_t> || f32_one_row);
   const int64_t pf = GemvPrefetchBytes();
   int64_t n = n0;
-  for (; n + R <= n1; n += R) Block<R, M>(x, K, W + n * K, y + n, ldy, pf);
+  if (!one_row) {
+    for (; n + 4 <= n1; n += 4) Block<4, M>(x, K, W + n * K, y + n, ldy, pf);
+  }
   for (; n < n1; ++n) Block<1, M>(x, K, W + n * K, y + n, ldy, pf);
 }
 

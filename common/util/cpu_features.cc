@@ -40,6 +40,16 @@ bool AmxPermitted() {
 #endif
 }
 
+// The CPU family of an AMD CPU (base + extended family), 0 for other vendors.
+unsigned AmdFamily() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+  const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
+  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned base = (a >> 8) & 0xf;
+  return base == 0xf ? base + ((a >> 20) & 0xff) : base;
+}
+
 CpuFeatures Detect() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -57,6 +67,7 @@ CpuFeatures Detect() {
   f.avx512vl = os_zmm && (b & (1u << 31));
   f.avx512_vnni = os_zmm && (c & (1u << 11));
   const bool tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
+  f.avx512_half_width = f.avx512f && AmdFamily() == 0x19;
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512f && (a1 & (1u << 5));
   if (tile && os_tile && AmxPermitted()) {
@@ -82,6 +93,7 @@ std::string CpuFeaturesString(const CpuFeatures& f) {
                                               {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"},
                                               {f.avx512vl, "avx512vl"}, {f.avx512_bf16, "avx512_bf16"},
                                               {f.avx512_vnni, "avx512_vnni"},
+                                              {f.avx512_half_width, "avx512_half_width"},
                                               {f.amx_tile, "amx_tile"}, {f.amx_bf16, "amx_bf16"}};
   for (const auto& [has, name] : all) {
     if (has) names.push_back(name);

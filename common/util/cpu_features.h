@@ -25,6 +25,9 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512_bf16 = false;
   bool avx512_vnni = false;  // vpdpbusd (the int8-dot kernel, gemv_q8.h)
+  // AVX-512 on 256-bit halves (AMD Zen 4: family 0x19). Not a feature:
+  // a kernel schedule follows it (gemv_avx512.cc, fp32 at batch 1).
+  bool avx512_half_width = false;
   bool amx_tile = false;     // CPU has it, the OS saves tile state and (Linux)
   bool amx_bf16 = false;     // granted this process XTILEDATA permission
 };
