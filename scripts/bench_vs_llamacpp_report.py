@@ -108,6 +108,21 @@ class Shape:
 
 # ---- rows ----------------------------------------------------------------
 
+
+def bf16_decode_rows(mode):
+    """The BF16 decode rows for pdserve run with --bf16-matmul MODE (tool names end in " MODE")."""
+    return [
+        ("decode_d32_bf16", f"pdserve-decode-bench {mode}", f"decode, batch 1, depth 32, BF16, pdserve {mode}", 1.15,
+         ("bf16", 32, 64, 1)),
+        ("decode_d32_bf16", f"pdserve-step-bench B=1 {mode}",
+         f"decode, batch 1, depth 32, BF16 (step B=1), pdserve {mode}", 1.15, ("bf16", 32, 32, 1)),
+        ("decode_d4096_bf16", f"pdserve-decode-bench {mode}", f"decode at depth 4096, BF16, pdserve {mode}", 1.5,
+         ("bf16", 4096, 32, 1)),
+        ("decode_b16_bf16", f"pdserve-step-bench B=16 {mode}", f"decode, 16 sequences, BF16, pdserve {mode}", 2.0,
+         ("bf16", 32, 32, 16)),
+    ]
+
+
 # (csv row, pdserve tool, label, target ratio, floor (dtype, depth, new, batch) or None, target text)
 ROWS = [
     ("decode_d32_f32", "pdserve-decode-bench", "decode, batch 1, depth 32, F32", 1.15, ("f32", 32, 64, 1)),
@@ -134,33 +149,12 @@ ROWS = [
      ("q8", 32, 32, 16)),
     ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
     # pdserve --bf16-matmul kmajor, where auto is not kmajor (AMX CPUs: split; AVX2-only CPUs: widen).
-    ("decode_d32_bf16", "pdserve-decode-bench kmajor", "decode, batch 1, depth 32, BF16, pdserve kmajor", 1.15,
-     ("bf16", 32, 64, 1)),
-    ("decode_d32_bf16", "pdserve-step-bench B=1 kmajor",
-     "decode, batch 1, depth 32, BF16 (step B=1), pdserve kmajor", 1.15, ("bf16", 32, 32, 1)),
-    ("decode_d4096_bf16", "pdserve-decode-bench kmajor", "decode at depth 4096, BF16, pdserve kmajor", 1.5,
-     ("bf16", 4096, 32, 1)),
-    ("decode_b16_bf16", "pdserve-step-bench B=16 kmajor", "decode, 16 sequences, BF16, pdserve kmajor", 2.0,
-     ("bf16", 32, 32, 16)),
+    *bf16_decode_rows("kmajor"),
     # pdserve --bf16-matmul widen (bf16 weights widened per call: the default before kmajor), where auto is kmajor.
-    ("decode_d32_bf16", "pdserve-decode-bench widen", "decode, batch 1, depth 32, BF16, pdserve widen", 1.15,
-     ("bf16", 32, 64, 1)),
-    ("decode_d32_bf16", "pdserve-step-bench B=1 widen",
-     "decode, batch 1, depth 32, BF16 (step B=1), pdserve widen", 1.15, ("bf16", 32, 32, 1)),
-    ("decode_d4096_bf16", "pdserve-decode-bench widen", "decode at depth 4096, BF16, pdserve widen", 1.5,
-     ("bf16", 4096, 32, 1)),
-    ("decode_b16_bf16", "pdserve-step-bench B=16 widen", "decode, 16 sequences, BF16, pdserve widen", 2.0,
-     ("bf16", 32, 32, 16)),
+    *bf16_decode_rows("widen"),
     # pdserve --bf16-matmul dot (activations rounded to bf16, as llama.cpp's BF16 path; opt-in, AVX512-BF16
     # CPUs only: rows without a pdserve value where the CPU lacks it).
-    ("decode_d32_bf16", "pdserve-decode-bench dot", "decode, batch 1, depth 32, BF16, pdserve dot", 1.15,
-     ("bf16", 32, 64, 1)),
-    ("decode_d32_bf16", "pdserve-step-bench B=1 dot", "decode, batch 1, depth 32, BF16 (step B=1), pdserve dot",
-     1.15, ("bf16", 32, 32, 1)),
-    ("decode_d4096_bf16", "pdserve-decode-bench dot", "decode at depth 4096, BF16, pdserve dot", 1.5,
-     ("bf16", 4096, 32, 1)),
-    ("decode_b16_bf16", "pdserve-step-bench B=16 dot", "decode, 16 sequences, BF16, pdserve dot", 2.0,
-     ("bf16", 32, 32, 16)),
+    *bf16_decode_rows("dot"),
     ("prefill_512_bf16", "pdserve-ttft-bench dot", "prefill 512 tokens, BF16, pdserve dot", 2.5, None),
     ("prefill_4096_bf16", "pdserve-ttft-bench dot", "prefill 4096 tokens, BF16, pdserve dot", 2.5, None),
     # pdserve --f32-packed-weights (layer weights packed at load as fp32 for oneDNN's GEMM; opt-in: fp32
