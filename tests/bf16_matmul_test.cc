@@ -9,14 +9,10 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/transformer.h"
 #include "common/util/cpu_features.h"
+#include "tests/bf16_mode_util.h"
 
 namespace pdserve {
 namespace {
-
-// Restores the process-wide default after a test that changed it.
-struct ResetMode {
-  ~ResetMode() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-};
 
 TEST(Bf16MatmulTest, ParsesNamesAndRefusesAmxWhereTheCpuHasNone) {
   EXPECT_EQ(ParseBf16Matmul("widen").value(), Bf16Matmul::kWiden);
@@ -97,7 +93,7 @@ TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
 // Linear sends more than 32 rows of a bf16 weight through the chosen path.
 TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
   if (!HostCpuFeatures().amx_bf16) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: only the widened path exists";
-  ResetMode reset;
+  const testing::RestoreBf16Matmul reset;
   at::manual_seed(6);
   const at::Tensor x = at::randn({40, 64}), w = at::randn({96, 64}).to(at::kBFloat16);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kAmx).ok());
@@ -116,7 +112,7 @@ TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
 // exact product's (x really is rounded to bf16).
 TEST(Bf16MatmulTest, DotPathGivesARowTheSameBitsInPrefillAndDecode) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
-  ResetMode reset;
+  const testing::RestoreBf16Matmul reset;
   at::manual_seed(8);
   const at::Tensor x = at::randn({70, 200}), w = at::randn({96, 200}).to(at::kBFloat16);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());

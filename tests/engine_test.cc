@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/bf16_mode_util.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -219,9 +220,7 @@ TEST_F(EngineTest, BatchedDecodeMatchesOneAtATimeExactly) { ExpectBatchedDecodeE
 // and both give the same bits. The mode really changes the logits.
 TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   // Loaded under widen, which keeps the row-major matrices dot reads (the
   // default, kmajor, replaces them with its packs).
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
@@ -249,9 +248,7 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
 // they went) is widen's: workers in either mode take each other's hand-offs.
 TEST(EngineBf16KMajorTest, PacksAreReadAndBatchesKeepTheBits) {
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: no decode kernels to read the packs";
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   const auto load = [] {
     ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
     ConvertWeights(&w, WeightsDtype::kBF16);
@@ -320,9 +317,7 @@ TEST_F(EngineTest, BatchedPrefillMatchesAloneExactly) {
 }
 
 TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   // widen keeps the row-major matrices that dot reads below.
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
   ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
@@ -341,9 +336,7 @@ TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
 }
 
 TEST(EngineBf16KMajorTest, BatchedPrefillMatchesAloneExactly) {
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
   ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
   ConvertWeights(&w, WeightsDtype::kBF16);

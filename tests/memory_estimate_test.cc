@@ -23,6 +23,7 @@
 #include "common/model/transformer.h"
 #include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
+#include "tests/bf16_mode_util.h"
 
 namespace pdserve {
 namespace {
@@ -116,9 +117,7 @@ TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
   SetKMajorKeepsRowMajor(false);
   EXPECT_EQ(kept.weights_bf16_bytes, widen.weights_bf16_bytes);
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: the engine makes no packs to compare with";
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
   ModelWeights w = RandomWeights(c, 1);
   ConvertWeights(&w, WeightsDtype::kBF16);

@@ -15,6 +15,7 @@
 #include "common/model/gemv_q8.h"
 #include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
+#include "tests/bf16_mode_util.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -63,9 +64,7 @@ TEST_P(MoeRowsTest, Bf16EqualsTheGeneralPath) { ExpectMoeRowsEqualsGeneralPath(C
 
 TEST_P(MoeRowsTest, Bf16DotEqualsTheGeneralPath) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
-  struct Restore {
-    ~Restore() { (void)SetBf16Matmul(DefaultBf16Matmul()); }
-  } restore;
+  const testing::RestoreBf16Matmul restore;
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
   ExpectMoeRowsEqualsGeneralPath(Config(), WeightsDtype::kBF16);
 }
