@@ -126,16 +126,6 @@ bf16_kmajor_supported() {
   grep -qw avx2 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"kmajor ("* ]]
 }
 
-# What --bf16-matmul auto picks (common/model/bf16_matmul.h): split where the CPU runs the amx ISA
-# (AMX-BF16 listed, PDSERVE_ISA not narrower), else kmajor where the decode kernels run AVX-512
-# (and pdserve knows kmajor), else widen.
-bf16_auto_mode() {
-  local isa=${PDSERVE_ISA:-}
-  if grep -qw amx_bf16 /proc/cpuinfo && [[ $isa != avx2 && $isa != avx512 ]]; then echo split
-  elif grep -qw avx512f /proc/cpuinfo && [[ $isa != avx2 ]] && bf16_kmajor_supported; then echo kmajor
-  else echo widen; fi
-}
-
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice).
 bf16_dot_supported() {
   grep -qw avx512_bf16 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
@@ -228,17 +218,18 @@ run_decode_rows() {
   pd_decode "$r" decode_d4096_bf16 bf16 4096 32
   llama_batched "$r" decode_b16_bf16 bf16 tg 32 32 16
   pd_step "$r" decode_b16_bf16 bf16 16
-  # The exact bf16 path auto does not pick: widen (row-major bf16 widened per call) where auto is
-  # kmajor, else kmajor (k-major packs made at load) where pdserve has it.
-  local other
-  for other in kmajor widen; do
-    if [[ $(bf16_auto_mode) == kmajor ]]; then [[ $other == widen ]] || continue
-    else [[ $other == kmajor ]] && bf16_kmajor_supported || continue; fi
+  # The exact bf16 path auto did not pick: widen (row-major bf16 widened per call) where auto is
+  # kmajor, else kmajor (k-major packs made at load) where pdserve has it. The engine names its
+  # choice at load ("bf16 matmul kmajor"), in the auto run's log.
+  local other=
+  if grep -q "bf16 matmul kmajor" "$LOGS/r${r}_decode_d32_bf16_pd_decode.log"; then other=widen
+  elif bf16_kmajor_supported; then other=kmajor; fi
+  if [[ -n $other ]]; then
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d32_bf16 bf16 32 64
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_step "$r" decode_d32_bf16 bf16 1
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_decode "$r" decode_d4096_bf16 bf16 4096 32
     PD_BF16_MATMUL=$other PD_TOOL_SUFFIX=" $other" pd_step "$r" decode_b16_bf16 bf16 16
-  done
+  fi
   if bf16_dot_supported; then
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_bf16 bf16 32 64
     PD_BF16_MATMUL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_d32_bf16 bf16 1

@@ -40,20 +40,22 @@ bool AmxPermitted() {
 #endif
 }
 
-// The CPU family of an AMD CPU (base + extended family), 0 for other vendors.
-unsigned AmdFamily() {
+// The CPU family of an AMD CPU (base + extended family) from cpuid leaf 1's
+// eax, 0 for other vendors.
+unsigned AmdFamily(unsigned leaf1_eax) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
   const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "Auth" "enti" "cAMD"
-  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
-  const unsigned base = (a >> 8) & 0xf;
-  return base == 0xf ? base + ((a >> 20) & 0xff) : base;
+  if (!amd) return 0;
+  const unsigned base = (leaf1_eax >> 8) & 0xf;
+  return base == 0xf ? base + ((leaf1_eax >> 20) & 0xff) : base;
 }
 
 CpuFeatures Detect() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const unsigned leaf1_eax = a;
   const bool osxsave = c & (1u << 27), fma = c & (1u << 12), avx = c & (1u << 28);
   const unsigned long long xcr0 = osxsave ? Xcr0() : 0;
   const bool os_ymm = (xcr0 & 0x6) == 0x6;
@@ -67,7 +69,7 @@ CpuFeatures Detect() {
   f.avx512vl = os_zmm && (b & (1u << 31));
   f.avx512_vnni = os_zmm && (c & (1u << 11));
   const bool tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
-  f.avx512_half_width = f.avx512f && AmdFamily() == 0x19;
+  f.avx512_half_width = f.avx512f && AmdFamily(leaf1_eax) == 0x19;
   unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512_bf16 = f.avx512f && (a1 & (1u << 5));
   if (tile && os_tile && AmxPermitted()) {
