@@ -13,7 +13,8 @@
 // bf16dot: x rounded to bf16 per call, then vdpbf16ps (gemv_bf16dot.h, the
 // --bf16-matmul dot path), where the CPU has AVX512-BF16. bf16km: the
 // k-major pack of --bf16-matmul kmajor (gemv_kmajor.h), every row of x in
-// one call (its own register blocking; no tiles).
+// one call (its own register blocking; no tiles); bf16kmdot: the same pack
+// through vdpbf16ps (GemvBf16KMajorDot, dot's kernel where packs exist).
 //
 // int8 (Q8_0, gemv_q8.h): i8fma (GemvQ8Fma, one build) and i8dot (x
 // quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
@@ -104,6 +105,10 @@ Sample Time(const Shape& s, bool bf16, bool dot, bool kmajor, int64_t M, GemvIsa
   for (int64_t c = 0; c < calls; ++c) {
     const char* w = pool.data() + (c % copies) * bytes;
     const auto* wb = reinterpret_cast<const uint16_t*>(w);
+    if (kmajor && dot) {  // rounds x itself
+      GemvBf16KMajorDot(x.data(), M, s.K, wb, s.N, 0, s.N, y.data(), s.N);
+      continue;
+    }
     if (dot) RoundRowsToBf16(x.data(), M, s.K, xb.data());
     if (kmajor) {
       GemvBf16KMajor(x.data(), M, s.K, wb, s.N, 0, s.N, y.data(), s.N, isa);
@@ -128,7 +133,7 @@ void Print(const Shape& s, const char* dtype, int64_t M, const char* isa, const 
   auto by = [](auto f) { return [f](const Sample& a, const Sample& b) { return f(a) < f(b); }; };
   const auto ms = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.ms; }));
   const auto cpu = std::minmax_element(g.begin(), g.end(), by([](const Sample& a) { return a.cpu_ms; }));
-  std::printf("%-20s %-7s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
+  std::printf("%-20s %-9s %4ld %-7s %8.3f-%-8.3f %6.1f-%-6.1f %8.3f-%-8.3f\n", s.name, dtype, static_cast<long>(M), isa,
               ms.first->ms, ms.second->ms, ms.first->gbs, ms.second->gbs, cpu.first->cpu_ms, cpu.second->cpu_ms);
 }
 
@@ -175,12 +180,12 @@ int Main(int argc, char** argv) {
   std::vector<GemvIsa> isas = {GemvIsa::kAvx2}, dot_isas = {GemvIsa::kAvx2};
   if (GemvIsaAvailable(GemvIsa::kAvx512)) isas.push_back(GemvIsa::kAvx512);
   if (GemvQ8VnniAvailable()) dot_isas.push_back(GemvIsa::kAvx512);
-  std::printf("%-20s %-7s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
+  std::printf("%-20s %-9s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (const char* dtype : {"f32", "bf16", "bf16km", "bf16dot", "i8fma", "i8dot"}) {
-      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', kmajor = std::strcmp(dtype, "bf16km") == 0;
-      const bool dot = q8 ? dtype[2] == 'd' : std::strcmp(dtype, "bf16dot") == 0;
+    for (const char* dtype : {"f32", "bf16", "bf16km", "bf16kmdot", "bf16dot", "i8fma", "i8dot"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', kmajor = std::strncmp(dtype, "bf16km", 6) == 0;
+      const bool dot = q8 ? dtype[2] == 'd' : std::strstr(dtype, "dot") != nullptr;
       if (dot && !q8 && !GemvBf16DotAvailable()) continue;
       // i8fma: one build (gemv_q8.h, AVX2), listed once; bf16dot: AVX-512 only.
       const std::vector<GemvIsa>& dtype_isas = q8 ? (dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})

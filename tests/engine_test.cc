@@ -215,6 +215,21 @@ void ExpectBatchedDecodeEqualsOneAtATime(const Engine& engine, int kB) {
 
 TEST_F(EngineTest, BatchedDecodeMatchesOneAtATimeExactly) { ExpectBatchedDecodeEqualsOneAtATime(*engine_, 16); }
 
+// The tiny model with bf16 weights, loaded under the current --bf16-matmul.
+std::unique_ptr<Engine> LoadTinyBf16() {
+  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
+  ConvertWeights(&w, WeightsDtype::kBF16);
+  return Engine::FromWeights(std::move(w));
+}
+
+// The last logits of Prompt(len) prefilled into a new sequence.
+at::Tensor PrefillLastLogits(const Engine& engine, int64_t len) {
+  auto seq = engine.NewSequence();
+  auto logits = engine.Prefill(seq.get(), Prompt(len));
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return logits.ok() ? *logits : at::Tensor();
+}
+
 // --bf16-matmul dot keeps batch invariance: one sequence's MoE runs the
 // per-token path (GemvRows), a batch the per-matrix one (LinearBf16Dot),
 // and both give the same bits. The mode really changes the logits.
@@ -224,18 +239,10 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   // Loaded under widen, which keeps the row-major matrices dot reads (the
   // default, kmajor, replaces them with its packs).
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
-  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
-  ConvertWeights(&w, WeightsDtype::kBF16);
-  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
-  const auto last_logits = [&] {
-    auto seq = engine->NewSequence();
-    auto logits = engine->Prefill(seq.get(), Prompt(40));
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    return logits.ok() ? *logits : at::Tensor();
-  };
-  const at::Tensor widened = last_logits();
+  const std::unique_ptr<Engine> engine = LoadTinyBf16();
+  const at::Tensor widened = PrefillLastLogits(*engine, 40);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
-  EXPECT_FALSE(at::equal(last_logits(), widened));
+  EXPECT_FALSE(at::equal(PrefillLastLogits(*engine, 40), widened));
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
 }
 
@@ -249,31 +256,21 @@ TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
 TEST(EngineBf16KMajorTest, PacksAreReadAndBatchesKeepTheBits) {
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: no decode kernels to read the packs";
   const testing::RestoreBf16Matmul restore;
-  const auto load = [] {
-    ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
-    ConvertWeights(&w, WeightsDtype::kBF16);
-    return Engine::FromWeights(std::move(w));
-  };
-  const auto last_logits = [](const Engine& engine, int64_t prompt_len = 20) {
-    auto seq = engine.NewSequence();
-    auto logits = engine.Prefill(seq.get(), Prompt(prompt_len));
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    return logits.ok() ? *logits : at::Tensor();
-  };
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
-  const std::unique_ptr<Engine> widen_engine = load();
-  const at::Tensor widened = last_logits(*widen_engine);
+  const std::unique_ptr<Engine> widen_engine = LoadTinyBf16();
+  const at::Tensor widened = PrefillLastLogits(*widen_engine, 20);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
-  const std::unique_ptr<Engine> engine = load();
+  const std::unique_ptr<Engine> engine = LoadTinyBf16();
   ASSERT_NE(engine->model().kmajor_packs(), nullptr);
   EXPECT_TRUE(engine->model().kmajor_packs()->holds_only_copies());
   EXPECT_EQ(engine->model().Fingerprint(), widen_engine->model().Fingerprint());
-  const at::Tensor kmajor = last_logits(*engine);
+  const at::Tensor kmajor = PrefillLastLogits(*engine, 20);
   EXPECT_FALSE(at::equal(kmajor, widened));
   EXPECT_TRUE(at::allclose(kmajor, widened, /*rtol=*/1e-4, /*atol=*/1e-4))
       << "max diff " << (kmajor - widened).abs().max().item<float>();
   // Past 32 rows prefill widens the packs for the GEMMs (the only copies now).
-  const at::Tensor long_kmajor = last_logits(*engine, 70), long_widened = last_logits(*widen_engine, 70);
+  const at::Tensor long_kmajor = PrefillLastLogits(*engine, 70);
+  const at::Tensor long_widened = PrefillLastLogits(*widen_engine, 70);
   EXPECT_TRUE(at::allclose(long_kmajor, long_widened, /*rtol=*/1e-4, /*atol=*/1e-4))
       << "max diff " << (long_kmajor - long_widened).abs().max().item<float>();
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
@@ -320,9 +317,7 @@ TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
   const testing::RestoreBf16Matmul restore;
   // widen keeps the row-major matrices that dot reads below.
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
-  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
-  ConvertWeights(&w, WeightsDtype::kBF16);
-  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
+  const std::unique_ptr<Engine> engine = LoadTinyBf16();
   ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
   EXPECT_EQ(engine->ExactPrefillBatchTokens(), 32);
@@ -338,11 +333,38 @@ TEST(EngineBf16Test, BatchedPrefillMatchesAloneExactly) {
 TEST(EngineBf16KMajorTest, BatchedPrefillMatchesAloneExactly) {
   const testing::RestoreBf16Matmul restore;
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
-  ModelWeights w = RandomWeights(testing::TinyConfig(), 42);
-  ConvertWeights(&w, WeightsDtype::kBF16);
-  const std::unique_ptr<Engine> engine = Engine::FromWeights(std::move(w));
+  const std::unique_ptr<Engine> engine = LoadTinyBf16();
   EXPECT_EQ(engine->ExactPrefillBatchTokens(), 32);
   ExpectBatchedPrefillEqualsAlone(*engine, {1, 12, 9, 2, 5, 1});
+}
+
+// A model loaded under --bf16-matmul dot packs k-major as kmajor does and
+// sends every row, prefill and decode, to the packed dot kernel: the packs
+// hold the only copies, the fingerprint is widen's, the logits are the
+// row layout's dot logits up to summation order (x is rounded to bf16 the
+// same way), and batches keep each row's bits, in decode (6 and 17
+// sequences) and in prefill far past 32 rows.
+TEST(EngineBf16DotTest, LoadedUnderDotReadsPacksAndBatchesKeepTheBits) {
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
+  const testing::RestoreBf16Matmul restore;
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
+  const std::unique_ptr<Engine> rows = LoadTinyBf16();  // switched to dot after load: the row layout's kernel
+  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kDot).ok());
+  const std::unique_ptr<Engine> engine = LoadTinyBf16();
+  ASSERT_NE(engine->model().kmajor_packs(), nullptr);
+  EXPECT_EQ(rows->model().kmajor_packs(), nullptr);
+  EXPECT_TRUE(engine->model().kmajor_packs()->holds_only_copies());
+  EXPECT_EQ(engine->model().Fingerprint(), rows->model().Fingerprint());
+  for (const int64_t len : {20, 70}) {
+    const at::Tensor packed = PrefillLastLogits(*engine, len), row_layout = PrefillLastLogits(*rows, len);
+    EXPECT_FALSE(at::equal(packed, row_layout)) << "prompt " << len << ": the packed kernel did not run";
+    EXPECT_TRUE(at::allclose(packed, row_layout, /*rtol=*/1e-2, /*atol=*/1e-2))
+        << "prompt " << len << ": max diff " << (packed - row_layout).abs().max().item<float>();
+  }
+  EXPECT_EQ(engine->ExactPrefillBatchTokens(), engine->options().prefill_chunk);
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 17);
+  ExpectBatchedPrefillEqualsAlone(*engine, {12, 23, 5, 16, 27, 9, 40, 33, 2, 1});
 }
 
 // A hook that fails stops only its own prompt; the others finish with the

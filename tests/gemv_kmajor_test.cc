@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/model/gemv_bf16dot.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -52,6 +54,17 @@ struct Problem {
     double acc = 0.0;
     for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(Bf16ToFloat(w[n * K + k])) * x[m * K + k];
     return acc;
+  }
+  // x[m][k] rounded to bf16 (nearest even), as the dot kernel takes it.
+  double ExactRounded(int64_t m, int64_t n) const {
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(Bf16ToFloat(w[n * K + k])) * RoundBf16(x[m * K + k]);
+    return acc;
+  }
+  static float RoundBf16(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    return Bf16ToFloat(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16));
   }
   double Scale(int64_t m, int64_t n) const {
     double acc = 0.0;
@@ -115,6 +128,52 @@ TEST_P(GemvKMajorIsaTest, ColumnsOutsideTheRangeAreNotWritten) {
     for (int64_t n = 0; n < 120; ++n) {
       if (n >= 10 && n < 90) {
         EXPECT_EQ(Bits(y[m * 120 + n]), Bits(p.Chain(m, n)));
+      } else {
+        EXPECT_EQ(y[m * 120 + n], 42.0f) << "m " << m << " n " << n;
+      }
+    }
+  }
+}
+
+// The dot kernel: within fp32 rounding of the double sum over bf16(x), and
+// each row's bits the same whatever the rows beside it or the split.
+TEST(GemvKMajorDotTest, MatchesRoundedReferenceAndEachRowAlone) {
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU lacks AVX512_BF16 (or PDSERVE_ISA forces avx2)";
+  for (const int64_t K : {1, 2, 37, 768}) {
+    for (const int64_t M : {1, 3, 8, 9, 16, 17}) {
+      const Problem p(M, K, 200, static_cast<uint32_t>(K * 100 + M));
+      std::vector<float> alone(M * p.N);
+      for (int64_t m = 0; m < M; ++m) {
+        GemvBf16KMajorDot(p.x.data() + m * K, 1, K, p.pack.data(), p.N, 0, p.N, alone.data() + m * p.N, p.N);
+      }
+      for (const int64_t cut : {int64_t{0}, int64_t{64}, int64_t{77}}) {
+        std::vector<float> y(M * p.N, -1.0f);
+        GemvBf16KMajorDot(p.x.data(), M, K, p.pack.data(), p.N, 0, cut, y.data(), p.N);
+        GemvBf16KMajorDot(p.x.data(), M, K, p.pack.data(), p.N, cut, p.N, y.data(), p.N);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < p.N; ++n) {
+            const float got = y[m * p.N + n];
+            ASSERT_EQ(Bits(got), Bits(alone[m * p.N + n]))
+                << "K " << K << " M " << M << " cut " << cut << " m " << m << " n " << n;
+            ASSERT_LE(std::fabs(got - p.ExactRounded(m, n)), 1e-6 * K * p.Scale(m, n) + 1e-30)
+                << "K " << K << " M " << M << " m " << m << " n " << n << ": " << got << " vs "
+                << p.ExactRounded(m, n);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GemvKMajorDotTest, ColumnsOutsideTheRangeAreNotWritten) {
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU lacks AVX512_BF16 (or PDSERVE_ISA forces avx2)";
+  const Problem p(3, 40, 100, 7);
+  std::vector<float> y(3 * 120, 42.0f);
+  GemvBf16KMajorDot(p.x.data(), 3, p.K, p.pack.data(), p.N, 10, 90, y.data(), 120);
+  for (int64_t m = 0; m < 3; ++m) {
+    for (int64_t n = 0; n < 120; ++n) {
+      if (n >= 10 && n < 90) {
+        EXPECT_NEAR(y[m * 120 + n], p.ExactRounded(m, n), 1e-6 * p.K * p.Scale(m, n) + 1e-30);
       } else {
         EXPECT_EQ(y[m * 120 + n], 42.0f) << "m " << m << " n " << n;
       }

@@ -18,6 +18,7 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/checkpoint.h"
 #include "common/model/gemm_dnnl.h"
+#include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/kmajor_packs.h"
 #include "common/model/transformer.h"
@@ -101,7 +102,8 @@ TEST(MemoryEstimateTest, PackedF32WeightsAreCounted) {
 // exactly what the engine packs, in place of the row-major matrices they
 // replace (all but the padding of N to groups of 32; the head's pack is
 // the tied embedding's, so no bf16 matrix is left); kept beside them where
-// a benchmark asks (KMajorKeepsRowMajor).
+// a benchmark asks (KMajorKeepsRowMajor). --bf16-matmul dot packs the same
+// matrices (its kernel reads the packs), so it counts the same bytes.
 TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
   const ModelConfig c = Tiny();
   const MemoryEstimate widen = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden);
@@ -116,14 +118,22 @@ TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
   const MemoryEstimate kept = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor);
   SetKMajorKeepsRowMajor(false);
   EXPECT_EQ(kept.weights_bf16_bytes, widen.weights_bf16_bytes);
+  const MemoryEstimate dot = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kDot);
+  EXPECT_EQ(dot.kmajor_bytes, kmajor.kmajor_bytes);
+  EXPECT_EQ(dot.weights_bf16_bytes, 0);
   if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA: the engine makes no packs to compare with";
   const testing::RestoreBf16Matmul restore;
-  ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kKMajor).ok());
-  ModelWeights w = RandomWeights(c, 1);
-  ConvertWeights(&w, WeightsDtype::kBF16);
-  const Transformer model(std::move(w));
-  ASSERT_NE(model.kmajor_packs(), nullptr);
-  EXPECT_EQ(model.kmajor_packs()->bytes(), kmajor.kmajor_bytes);
+  // The bytes of the packs a model loaded under `mode` makes (-1: none).
+  const auto packed_bytes = [&c](Bf16Matmul mode) -> int64_t {
+    EXPECT_TRUE(SetBf16Matmul(mode).ok());
+    ModelWeights w = RandomWeights(c, 1);
+    ConvertWeights(&w, WeightsDtype::kBF16);
+    const Transformer model(std::move(w));
+    return model.kmajor_packs() != nullptr ? model.kmajor_packs()->bytes() : -1;
+  };
+  EXPECT_EQ(packed_bytes(Bf16Matmul::kKMajor), kmajor.kmajor_bytes);
+  if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: no dot model to compare";
+  EXPECT_EQ(packed_bytes(Bf16Matmul::kDot), dot.kmajor_bytes);
 }
 
 TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {

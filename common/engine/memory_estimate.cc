@@ -115,7 +115,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       e.weights_f32_bytes += 4 * n;
     }
   }
-  if (weights_dtype == WeightsDtype::kBF16 && bf16_matmul == Bf16Matmul::kKMajor) {
+  if (weights_dtype == WeightsDtype::kBF16 && PacksKMajor(bf16_matmul)) {
     e.kmajor_bytes = KMajorMatrixBytes(c, /*padded=*/true);
     // The packs take the row-major matrices' place (kmajor_packs.h).
     if (!KMajorKeepsRowMajor()) e.weights_bf16_bytes -= KMajorMatrixBytes(c, /*padded=*/false);

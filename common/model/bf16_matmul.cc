@@ -52,6 +52,8 @@ Bf16Matmul DefaultBf16Matmul() {
   return mode;
 }
 
+bool PacksKMajor(Bf16Matmul mode) { return mode == Bf16Matmul::kKMajor || mode == Bf16Matmul::kDot; }
+
 const char* Bf16MatmulName(Bf16Matmul mode) {
   switch (mode) {
     case Bf16Matmul::kAmx: return "amx";

@@ -26,7 +26,14 @@
 //                      sends decode rows of bf16 weights to the same kernel,
 //                      so a row's bits do not depend on prefill or decode).
 //                      Needs AVX512_BF16; opt-in like amx, for the speed of
-//                      llama.cpp's BF16 path on CPUs without AMX.
+//                      llama.cpp's BF16 path on CPUs without AMX. A model
+//                      loaded under kDot packs its matrices k-major as
+//                      kKMajor does, and every row goes to the packed dot
+//                      kernel (GemvBf16KMajorDot) instead; a model loaded
+//                      under another mode and switched to kDot after load
+//                      keeps the row layout's kernel.
+//   PacksKMajor        kKMajor and kDot: the modes a model packs k-major
+//                      at load under
 //   kKMajor            each bf16 matrix packed k-major at load in place of
 //                      its row-major copy (kmajor_packs.h, gemv_kmajor.h);
 //                      decode rows (Linear's up to kGemvMaxBatchRows) read
@@ -54,6 +61,7 @@ enum class Bf16Matmul { kWiden, kAmx, kAmxSplit, kDot, kKMajor };
 // FailedPrecondition.
 absl::StatusOr<Bf16Matmul> ParseBf16Matmul(std::string_view name);
 Bf16Matmul DefaultBf16Matmul();
+bool PacksKMajor(Bf16Matmul mode);
 const char* Bf16MatmulName(Bf16Matmul mode);  // "widen", "split", "amx", "dot"
 
 // FailedPrecondition (naming the missing feature) for kAmx or kAmxSplit

@@ -4,6 +4,9 @@
 //   PackBf16KMajor   W [N, K] (row-major bf16) -> its pack, groups [g0, g1)
 //   GemvBf16KMajor   y = x W^T for output columns [n0, n1), any number of
 //                    rows of x, from the pack
+//   GemvBf16KMajorDot  the same with x rounded to bf16 and vdpbf16ps (the
+//                    `dot` choice where packs exist; AVX512_BF16 only);
+//                    ...Rounded takes x already rounded
 //   WidenKMajorT     W^T [K, ldw] in fp32 from the pack, groups [g0, g1)
 //                    (prefill's GEMMs where the pack is the only copy)
 //   WidenKMajorRow   row n of W in fp32 from the pack (an embedding lookup)
@@ -54,6 +57,23 @@ void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int
                     float* y, int64_t ldy, GemvIsa isa);
 void GemvBf16KMajor(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
                     float* y, int64_t ldy);
+
+// y[m * ldy + n] = sum_k bf16(x[m * K + k]) * W[n * K + k], as
+// GemvBf16KMajor's contract. x is rounded to bf16 (nearest even) once per
+// call; lines k and k + 1 of a group interleave into pairs (vpunpck{l,h}wd)
+// and one vdpbf16ps adds two products per output: half the instructions
+// of the exact pass per product, and no widening. Bits: lane n's chain
+// takes k = 2p, 2p + 1 for p = 0, 1, .. in order from 0 (an odd K's last k
+// pairs with zero): they depend neither on M, the rows beside a row, nor
+// the split of [n0, n1); they differ from GemvBf16Dot's (row layout, other
+// order). Call only where GemvBf16DotAvailable() (gemv_bf16dot.h).
+void GemvBf16KMajorDot(const float* x, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0, int64_t n1,
+                       float* y, int64_t ldy);
+// The same on rows already rounded by RoundRowsToBf16 (gemv_bf16dot.h):
+// xb [M, Bf16DotStride(K)], for a caller that rounds once and passes the
+// rows over many column ranges.
+void GemvBf16KMajorDotRounded(const uint16_t* xb, int64_t M, int64_t K, const uint16_t* P, int64_t N, int64_t n0,
+                              int64_t n1, float* y, int64_t ldy);
 
 // The two widenings need AVX2 + FMA (GemvAvailable(), as packs do).
 // wt[k * ldw + n] = W[n][k] exactly widened, for k < K and n in the groups

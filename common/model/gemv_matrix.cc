@@ -62,7 +62,9 @@ GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* 
 }
 
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.kmajor != nullptr) {
+  if (w.kmajor != nullptr && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
+    GemvBf16KMajorDot(x, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
+  } else if (w.kmajor != nullptr) {
     GemvBf16KMajor(x, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
   } else if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
     GemvBf16Dot(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
@@ -74,7 +76,10 @@ void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_
 }
 
 void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.kmajor != nullptr && x.bf16 == nullptr) return GemvRows(x.x, M, w, t0, t1, y, ldy);
+  if (w.kmajor != nullptr && x.bf16 != nullptr) {
+    return GemvBf16KMajorDotRounded(x.bf16, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
+  }
+  if (w.kmajor != nullptr) return GemvRows(x.x, M, w, t0, t1, y, ldy);
   const int64_t tile = M <= kGemvMaxRows ? std::max<int64_t>(1, t1 - t0) : GemvTileRows(w.row_bytes());
   const int64_t K = w.cols;
   const auto* wb = static_cast<const uint8_t*>(w.data);

@@ -65,7 +65,7 @@ bool RowKernelsTake(const at::Tensor& x, const GemvMatrix& wm) {
   return x.dim() == 2 && x.scalar_type() == at::kFloat && wm.data != nullptr && GemvAvailable();
 }
 
-// x [M, K] W^T through GemvRows: each row of x summed in one order for any M.
+// x [M, K] W^T through GemvAllRows: each row of x summed in one order for any M.
 at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMatrix& wm) {
   const at::Tensor xc = x.contiguous();
   const int64_t M = x.size(0), K = w.size(1), N = w.size(0);
@@ -73,9 +73,13 @@ at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMa
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const bool kmajor = wm.kmajor != nullptr;  // every row in each call: the kernel blocks them itself
+  GemvXBuffer buffer;
+  const GemvX gx = PrepareGemvX(wm, xp, M, &buffer);  // rounded once where the kernel takes x rounded
   ForEachGemvTile(
       M, N, K * w.element_size(),
-      [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) { GemvRows(xp + m * K, rows, wm, t0, t1, yp + m * N, N); },
+      [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
+        GemvAllRows(gx.From(m, K), rows, wm, t0, t1, yp + m * N, N);
+      },
       kmajor ? std::max<int64_t>(M, 1) : kGemvMaxRows, kmajor ? kKMajorGroup : 1);
   return y;
 }
@@ -97,7 +101,11 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   const int64_t M = x.dim() == 2 ? x.size(0) : -1;
   const GemvMatrix wm = AsGemvMatrix(w);
   if (!needs_grad && M > 0 && wm.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {
-    return LinearBf16Dot(x, w);  // any M: x rounded once, then GemvRows' kernel (same bits)
+    // Any M through one kernel, so a row's bits are the same in prefill and
+    // decode: the packed one where packs exist, else x rounded once and the
+    // row layout's.
+    if (wm.kmajor != nullptr && RowKernelsTake(x, wm)) return GemvRowsLinear(x, w, wm);
+    return LinearBf16Dot(x, w);
   }
   if (!needs_grad && M > 0 && M <= kGemvMaxBatchRows && RowKernelsTake(x, wm)) {
     // Decode-sized: our kernels stream each weight row once per 4 rows of x
@@ -137,7 +145,7 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
   if (PackF32Weights()) PackLayerWeights();
-  if (GetBf16Matmul() == Bf16Matmul::kKMajor && GemvAvailable()) PackKMajor();
+  if (PacksKMajor(GetBf16Matmul()) && GemvAvailable()) PackKMajor();
   ReleaseFreedHeap();
 }
 

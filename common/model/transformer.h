@@ -60,7 +60,7 @@ class Transformer {
   const Rope& rope() const { return rope_; }
   // The prefill GEMMs' packed fp32 weights; null when not packing.
   const PackedF32Weights* packed_f32() const { return packed_.get(); }
-  const KMajorPacks* kmajor_packs() const { return kmajor_.get(); }  // null unless --bf16-matmul kmajor
+  const KMajorPacks* kmajor_packs() const { return kmajor_.get(); }  // null unless --bf16-matmul kmajor or dot
   // ModelFingerprint of the weights as loaded (hashed at load where the
   // k-major packs replace the row-major matrices, else on each call).
   std::string Fingerprint() const;
@@ -81,7 +81,7 @@ class Transformer {
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
   void PackLayerWeights();
-  // Under --bf16-matmul kmajor: the k-major packs, taking the place of the
+  // Under --bf16-matmul kmajor or dot: the k-major packs, taking the place of the
   // row-major matrices unless KMajorKeepsRowMajor() (kmajor_packs.h).
   void PackKMajor();
   // Layer l's q, kv, gate, up and shared gate/up as views of its fused tensors.
