@@ -32,8 +32,8 @@
 //                      kernel (GemvBf16KMajorDot) instead; a model loaded
 //                      under another mode and switched to kDot after load
 //                      keeps the row layout's kernel.
-//   PacksKMajor        kKMajor and kDot: the modes a model packs k-major
-//                      at load under
+//   PacksKMajor        kKMajor and kDot: the modes under which a model
+//                      packs its bf16 matrices k-major at load
 //   kKMajor            each bf16 matrix packed k-major at load in place of
 //                      its row-major copy (kmajor_packs.h, gemv_kmajor.h);
 //                      decode rows (Linear's up to kGemvMaxBatchRows) read
