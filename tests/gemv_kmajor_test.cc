@@ -3,18 +3,20 @@
 // for bit, one sequential fp32 FMA chain per output over k (the contract
 // that makes a row's bits independent of its batch, its neighbours, the
 // split of the output columns and the ISA); and they stay within fp32
-// rounding of a double-precision reference. The AVX-512 cases skip, saying
-// so, on a CPU without AVX-512F.
+// rounding of a double-precision reference. The dot kernel on the same
+// packs (GemvBf16KMajorDot) gives each row the bits it has alone, within
+// fp32 rounding of the double sum over bf16(x). The AVX-512 cases skip,
+// saying so, on a CPU without AVX-512F, the dot cases without AVX512_BF16.
 #include "common/model/gemv_kmajor.h"
 
 #include <gtest/gtest.h>
-
-#include "common/model/gemv_bf16dot.h"
 
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "common/model/gemv_bf16dot.h"
 
 namespace pdserve {
 namespace {
