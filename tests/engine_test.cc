@@ -231,7 +231,7 @@ at::Tensor PrefillLastLogits(const Engine& engine, int64_t len) {
 }
 
 // --bf16-matmul dot keeps batch invariance: one sequence's MoE runs the
-// per-token path (GemvRows), a batch the per-matrix one (LinearBf16Dot),
+// per-token path (GemvAllRows), a batch the per-matrix one (LinearBf16Dot),
 // and both give the same bits. The mode really changes the logits.
 TEST(EngineBf16DotTest, BatchedDecodeMatchesOneAtATimeExactly) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";

@@ -61,19 +61,23 @@ GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* 
   return r;
 }
 
+namespace {
+
+// The kernels that take x unrounded (fp32 and exact bf16 weights): under
+// --bf16-matmul dot PrepareGemvX has rounded x, and GemvAllRows sends the
+// rounded rows to the dot kernels instead. M <= kGemvMaxRows for the row
+// layout, any M for a k-major w.
 void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
-  if (w.kmajor != nullptr && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
-    GemvBf16KMajorDot(x, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
-  } else if (w.kmajor != nullptr) {
+  if (w.kmajor != nullptr) {
     GemvBf16KMajor(x, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
-  } else if (w.bf16 && GetBf16Matmul() == Bf16Matmul::kDot) {  // opt-in: x rounded to bf16
-    GemvBf16Dot(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
   } else if (w.bf16) {
     GemvBf16(x, M, w.cols, static_cast<const uint16_t*>(w.data), t0, t1, y, ldy);
   } else {
     GemvF32(x, M, w.cols, static_cast<const float*>(w.data), t0, t1, y, ldy);
   }
 }
+
+}  // namespace
 
 void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy) {
   if (w.kmajor != nullptr && x.bf16 != nullptr) {

@@ -12,8 +12,8 @@ namespace pdserve {
 
 // A weight matrix [rows, cols] (cols = K), row-major: fp32, bf16 (raw
 // uint16) or Q8_0 (linear_int8.h: Q8RowBytes(cols) bytes a row); for bf16
-// under --bf16-matmul kmajor also its k-major pack (kmajor_packs.h), which
-// the decode kernels then read instead.
+// under --bf16-matmul kmajor or dot also its k-major pack (kmajor_packs.h),
+// which the decode kernels then read instead.
 struct GemvMatrix {
   const void* data = nullptr;  // nullptr: not usable by the kernels
   bool bf16 = false, q8 = false;
@@ -54,19 +54,14 @@ struct GemvXBuffer {
 // where that kernel rounds x.
 GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* buffer);
 
-// Rows m < M (<= kGemvMaxRows; any M for a k-major w) of x [M, w.cols]
-// against weight rows [t0, t1) of an fp32 or bf16 w (not Q8_0:
-// GemvAllRows): y[m * ldy + n]. The kernel is the one Linear uses for this
-// matrix (fp32, exact bf16 from rows or from the k-major pack, or under
-// --bf16-matmul dot x rounded to bf16), so each output has Linear's bits.
-void GemvRows(const float* x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
-
 // Every row of x [M, w.cols] (any M; PrepareGemvX for w) against weight
 // rows [t0, t1): a k-major w in one call (the kernel blocks the rows
 // itself); else in groups of kGemvMaxRows, and past kGemvMaxRows rows, tile by
 // tile of GemvTileRows weight rows, so a tile stays in L2 while every group
-// passes (ForEachGemvTile's order within one chunk). The same kernels and
-// bits as Linear (GemvRows; LinearQ8's for Q8_0 weights).
+// passes (ForEachGemvTile's order within one chunk). The kernel is the one
+// Linear uses for this matrix (fp32; exact bf16 from rows or from the
+// k-major pack; under --bf16-matmul dot x rounded to bf16 by PrepareGemvX;
+// LinearQ8's for Q8_0 weights), so each output has Linear's bits.
 void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
 }  // namespace pdserve

@@ -115,7 +115,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) {
   // Prefill-sized under kmajor: W widened from its pack (maybe the only copy).
   if (!needs_grad && M > 0 && wm.kmajor != nullptr) return LinearBf16KMajorWidened(x, wm.kmajor, wm.rows, wm.cols);
   // bf16 weights: widened exactly, or (opt-in) bf16 activations: bf16 GEMM
-  // on AMX, or the dot kernel GemvRows uses above.
+  // on AMX, or the dot kernel GemvAllRows uses above.
   if (w.scalar_type() == at::kBFloat16) return LinearBf16(x, w);
   return LinearF32(x, w);
 }
