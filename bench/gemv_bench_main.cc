@@ -18,7 +18,9 @@
 //
 // int8 (Q8_0, gemv_q8.h): i8fma (GemvQ8Fma, one build) and i8dot (x
 // quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
-// AVX-512 VNNI build where the CPU has it). Prints per (shape, dtype, rows,
+// AVX-512 VNNI build where the CPU has it); i8kmdot: x quantized the same
+// way, then GemvQ8KMajorDot on the k-major int8 pack (gemv_q8_kmajor.h),
+// every row of x in one call (AVX-512 VNNI only). Prints per (shape, dtype, rows,
 // isa) the best and worst round: ms per call, GB/s of weights read (wall
 // time) and CPU ms per call.
 #include <time.h>
@@ -34,6 +36,7 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
 
 namespace pdserve {
 namespace {
@@ -67,10 +70,11 @@ struct Sample {
 };
 
 // Times `calls` calls over distinct copies of one [N, K] Q8_0 weight: the
-// FMA kernel, or (dot) x's quantization and the dot kernel's `isa` build.
-Sample TimeQ8(const Shape& s, int64_t M, bool dot, GemvIsa isa, const std::vector<char>& pool,
+// FMA kernel, or (dot) x's quantization and the dot kernel's `isa` build,
+// or (kmajor) x's quantization and the k-major pack's kernel.
+Sample TimeQ8(const Shape& s, int64_t M, bool dot, bool kmajor, GemvIsa isa, const std::vector<char>& pool,
               const std::vector<float>& x, std::vector<float>& y) {
-  const int64_t bytes = s.N * Q8RowBytes(s.K);
+  const int64_t bytes = kmajor ? Q8KMajorBytes(s.N, s.K) : s.N * Q8RowBytes(s.K);
   const int64_t copies = static_cast<int64_t>(pool.size()) / bytes;
   const int64_t calls = std::max<int64_t>(4, std::min<int64_t>(copies, (int64_t{1} << 29) / bytes));
   std::vector<int8_t> xq(M * s.K);
@@ -79,6 +83,10 @@ Sample TimeQ8(const Shape& s, int64_t M, bool dot, GemvIsa isa, const std::vecto
   for (int64_t c = 0; c < calls; ++c) {
     const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
     if (dot) QuantizeRowsQ8(x.data(), M, s.K, xq.data(), xs.data());
+    if (kmajor) {
+      GemvQ8KMajorDot(xq.data(), xs.data(), M, s.K, w, s.N, 0, s.N, y.data(), s.N);
+      continue;
+    }
     Schedule(M, s.N, Q8RowBytes(s.K), [&](int64_t m, int64_t rows, int64_t n0, int64_t n1) {
       if (dot) {
         GemvQ8Dot(xq.data() + m * s.K, xs.data() + m * s.K / kQ8Block, rows, s.K, w, n0, n1, y.data() + m * s.N,
@@ -183,18 +191,22 @@ int Main(int argc, char** argv) {
   std::printf("%-20s %-9s %4s %-7s %19s %15s %17s\n", "shape", "dtype", "rows", "isa", "ms/call (min-max)",
               "GB/s (max-min)", "cpu ms (min-max)");
   for (const Shape& s : shapes) {
-    for (const char* dtype : {"f32", "bf16", "bf16km", "bf16kmdot", "bf16dot", "i8fma", "i8dot"}) {
-      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i', kmajor = std::strncmp(dtype, "bf16km", 6) == 0;
-      const bool dot = q8 ? dtype[2] == 'd' : std::strstr(dtype, "dot") != nullptr;
+    for (const char* dtype : {"f32", "bf16", "bf16km", "bf16kmdot", "bf16dot", "i8fma", "i8dot", "i8kmdot"}) {
+      const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
+      const bool kmajor = std::strncmp(dtype, "bf16km", 6) == 0 || std::strcmp(dtype, "i8kmdot") == 0;
+      if (q8 && kmajor && !GemvQ8VnniAvailable()) continue;
+      const bool dot = std::strstr(dtype, "dot") != nullptr;
       if (dot && !q8 && !GemvBf16DotAvailable()) continue;
       // i8fma: one build (gemv_q8.h, AVX2), listed once; bf16dot: AVX-512 only.
-      const std::vector<GemvIsa>& dtype_isas = q8 ? (dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})
+      // i8kmdot: AVX-512 VNNI only.
+      const std::vector<GemvIsa>& dtype_isas = q8 ? (kmajor ? std::vector<GemvIsa>{GemvIsa::kAvx512}
+                                                    : dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})
                                                : (dot ? std::vector<GemvIsa>{GemvIsa::kAvx512} : isas);
       for (int64_t M : row_counts) {
         std::vector<std::vector<Sample>> got(dtype_isas.size());
         for (int r = 0; r < rounds; ++r) {
           for (size_t i = 0; i < dtype_isas.size(); ++i) {
-            got[i].push_back(q8 ? TimeQ8(s, M, dot, dtype_isas[i], pool, x, y)
+            got[i].push_back(q8 ? TimeQ8(s, M, dot, kmajor, dtype_isas[i], pool, x, y)
                                 : Time(s, bf16, dot, kmajor, M, dtype_isas[i], pool, x, y));
           }
         }

@@ -5,7 +5,9 @@
 #include "common/model/checkpoint.h"
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
 #include "common/model/kmajor_packs.h"
+#include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
 
 #include <ATen/ATen.h>
@@ -362,6 +364,53 @@ TEST(EngineBf16DotTest, LoadedUnderDotReadsPacksAndBatchesKeepTheBits) {
         << "prompt " << len << ": max diff " << (packed - row_layout).abs().max().item<float>();
   }
   EXPECT_EQ(engine->ExactPrefillBatchTokens(), engine->options().prefill_chunk);
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
+  ExpectBatchedDecodeEqualsOneAtATime(*engine, 17);
+  ExpectBatchedPrefillEqualsAlone(*engine, {12, 23, 5, 16, 27, 9, 40, 33, 2, 1});
+}
+
+// Int8 weights under PDSERVE_Q8_KERNEL=dot on a CPU with AVX-512 VNNI (run
+// as engine_q8kmajor_test; under the default FMA kernel nothing is packed):
+// every Q8_0 matrix is packed k-major in place of its rows, and every row
+// of x in prefill and decode goes through the pack's kernel: close to the
+// row layout's logits but not equal (another summation order; with these
+// weights no token's top-2 experts flip on that, which with other seeds
+// moves the logits by ~1%); the fingerprint is the row layout's; batches of
+// any size keep the bits.
+TEST(EngineInt8KMajorTest, PacksReplaceTheRowsAndBatchesKeepTheBits) {
+  const auto load = [] {
+    ModelWeights w = RandomWeights(testing::TinyConfig(), 3);
+    ConvertWeights(&w, WeightsDtype::kInt8);
+    return Engine::FromWeights(std::move(w));
+  };
+  if (!Q8KernelIsDot()) {  // engine_test itself: the FMA kernel reads the rows, so nothing is packed
+    EXPECT_FALSE(Q8PacksKMajor());
+    EXPECT_EQ(load()->model().kmajor_packs(), nullptr);
+    return;
+  }
+  if (!Q8PacksKMajor()) GTEST_SKIP() << "this CPU lacks AVX-512 VNNI (or PDSERVE_Q8_KMAJOR=0): no int8 packs";
+  SetKMajorKeepsRowMajor(true);  // the packs beside the rows, then hidden: the row layout's dot kernel
+  const std::unique_ptr<Engine> rows = load();
+  SetKMajorKeepsRowMajor(false);
+  const std::unique_ptr<Engine> engine = load();
+  ASSERT_NE(engine->model().kmajor_packs(), nullptr);
+  EXPECT_TRUE(engine->model().kmajor_packs()->holds_only_copies());
+  EXPECT_GT(engine->model().kmajor_packs()->count(), 4 * 9);  // q|kv, o, 8 + 1 experts' two per layer, the head
+  EXPECT_EQ(engine->model().Fingerprint(), rows->model().Fingerprint());
+  const auto prefill_rows = [&](int64_t len) {
+    SetKMajorPacksInUse(false);
+    const at::Tensor logits = PrefillLastLogits(*rows, len);
+    SetKMajorPacksInUse(true);
+    return logits;
+  };
+  for (const int64_t len : {20, 70}) {
+    const at::Tensor packed = PrefillLastLogits(*engine, len), row_layout = prefill_rows(len);
+    EXPECT_FALSE(at::equal(packed, row_layout)) << "prompt " << len << ": the packed kernel did not run";
+    EXPECT_TRUE(at::allclose(packed, row_layout, /*rtol=*/1e-5, /*atol=*/1e-5))
+        << "prompt " << len << ": max diff " << (packed - row_layout).abs().max().item<float>();
+  }
+  EXPECT_EQ(engine->ExactPrefillBatchTokens(), engine->options().prefill_chunk);
+  EXPECT_EQ(rows->ExactPrefillBatchTokens(), engine->options().prefill_chunk);  // it has packs, hidden or not
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 6);
   ExpectBatchedDecodeEqualsOneAtATime(*engine, 17);
   ExpectBatchedPrefillEqualsAlone(*engine, {12, 23, 5, 16, 27, 9, 40, 33, 2, 1});

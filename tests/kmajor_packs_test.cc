@@ -3,7 +3,9 @@
 // holding W's values in the k-major layout; other dtypes are refused; the
 // scope is per thread and nests. Take: the pack replaces the matrix, which
 // becomes a stand-in (its shape, a new address the packs are found by, no
-// readable memory), and those packs cannot be hidden.
+// readable memory), and those packs cannot be hidden. Q8_0 (int8) stacks
+// pack the same way where the CPU has AVX-512 VNNI (the case skips, saying
+// so, elsewhere), found only by FindQ8, and refused without VNNI.
 #include "common/model/kmajor_packs.h"
 
 #include <ATen/ATen.h>
@@ -16,6 +18,9 @@
 #include <vector>
 
 #include "common/model/gemv_kmajor.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
+#include "common/model/linear_int8.h"
 
 namespace pdserve {
 namespace {
@@ -118,7 +123,36 @@ TEST(KMajorPacksTest, WidenedTransposeHoldsTheValues) {
   }
 }
 
-TEST(KMajorPacksTest, OnlyContiguousBf16MatricesArePacked) {
+TEST(KMajorPacksTest, Q8StackIsTakenAndFoundOnlyAsQ8) {
+  const int64_t E = 2, N = 40, K = 64;
+  const at::Tensor values = at::randn({E, N, K});
+  at::Tensor w = QuantizeQ8(values);
+  const at::Tensor expected = DequantizeQ8(w);
+  KMajorPacks packs;
+  if (!GemvQ8VnniAvailable()) {
+    EXPECT_FALSE(packs.Take(&w, nullptr));  // no kernel reads an int8 pack here
+    EXPECT_EQ(packs.count(), 0);
+    GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL + VNNI: int8 matrices are not packed";
+  }
+  ASSERT_TRUE(packs.Take(&w, nullptr));
+  EXPECT_EQ(w.scalar_type(), at::kChar);
+  EXPECT_EQ(packs.bytes(), E * Q8KMajorBytes(N, K));
+  std::vector<float> row(K);
+  for (int64_t e = 0; e < E; ++e) {
+    const void* m = w.select(0, e).data_ptr();
+    EXPECT_FALSE(Readable(m));
+    EXPECT_EQ(packs.Find(m, N, K), nullptr);  // not a bf16 pack
+    const uint8_t* p = packs.FindQ8(m, N, K);
+    ASSERT_NE(p, nullptr) << e;
+    EXPECT_EQ(packs.FindQ8(m, N, K + 32), nullptr);
+    for (int64_t n : {int64_t{0}, int64_t{33}, int64_t{39}}) {
+      DequantizeQ8KMajorRow(p, K, n, row.data());
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(row[k], expected[e][n][k].item<float>()) << e << " " << n << " " << k;
+    }
+  }
+}
+
+TEST(KMajorPacksTest, OnlyContiguousBf16OrQ8MatricesArePacked) {
   KMajorPacks packs;
   EXPECT_FALSE(packs.Add(at::randn({32, 16}), nullptr));                              // fp32
   EXPECT_FALSE(packs.Add(at::randn({16, 32}).to(at::kBFloat16).t(), nullptr));        // strided

@@ -21,6 +21,7 @@
 #include "common/model/gemv_bf16dot.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/kmajor_packs.h"
+#include "common/model/linear_int8.h"
 #include "common/model/transformer.h"
 #include "common/model/prefill_attention.h"
 #include "common/model/weights.h"
@@ -134,6 +135,40 @@ TEST(MemoryEstimateTest, KMajorPacksAreCounted) {
   EXPECT_EQ(packed_bytes(Bf16Matmul::kKMajor), kmajor.kmajor_bytes);
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: no dot model to compare";
   EXPECT_EQ(packed_bytes(Bf16Matmul::kDot), dot.kmajor_bytes);
+}
+
+// int8 weights: the Q8_0 bytes of exactly the matrices ConvertWeights
+// quantizes, the rest fp32, and prefill's fp32 widening of them; where the
+// engine packs them k-major instead (Q8PacksKMajor: PDSERVE_Q8_KERNEL=dot
+// on AVX-512 VNNI, as memory_estimate_q8kmajor_test runs), exactly the
+// packs' bytes in the rows' place, and no widening (their kernel takes
+// every row).
+TEST(MemoryEstimateTest, Int8WeightsAreCountedAsQ8) {
+  const ModelConfig c = Tiny();
+  ModelWeights w = RandomWeights(c, 1);
+  const int64_t f32_bytes = WeightBytes(w);
+  ConvertWeights(&w, WeightsDtype::kInt8);
+  const int64_t loaded = WeightBytes(w);
+  EXPECT_LT(loaded, f32_bytes / 3);
+  const MemoryEstimate e = EstimateMemory(c, WeightsDtype::kInt8, KvDtype::kF32, 0, 512, Bf16Matmul::kWiden);
+  EXPECT_EQ(e.weights_bf16_bytes, 0);
+  const std::string described = DescribeMemory(e, MemoryLimit{});
+  if (!Q8PacksKMajor()) {
+    EXPECT_NE(described.find(" int8"), std::string::npos) << described;
+    EXPECT_EQ(e.weights_f32_bytes + e.weights_int8_bytes, loaded);
+    EXPECT_EQ(e.kmajor_bytes, 0);
+    EXPECT_EQ(e.widened_f32_bytes, 2 * 4 * c.vocab_size * c.d_model);  // the tied head, buffered, one per thread
+    return;
+  }
+  EXPECT_EQ(e.widened_f32_bytes, 0);
+  EXPECT_EQ(e.weights_int8_bytes, 0);  // every Q8_0 matrix is packed (the head's pack is the tied embedding's)
+  EXPECT_NE(described.find("k-major packs"), std::string::npos) << described;
+  // The packs hold the rows' bytes plus the padding of N to groups of 32.
+  EXPECT_GE(e.weights_f32_bytes + e.weights_int8_bytes + e.kmajor_bytes, loaded);
+  EXPECT_LT(e.weights_f32_bytes + e.weights_int8_bytes + e.kmajor_bytes, loaded * 11 / 10);
+  const Transformer model(std::move(w));
+  ASSERT_NE(model.kmajor_packs(), nullptr);
+  EXPECT_EQ(e.kmajor_bytes, model.kmajor_packs()->bytes());
 }
 
 TEST(MemoryEstimateTest, CopiesFollowTheBf16Path) {

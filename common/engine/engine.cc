@@ -235,9 +235,12 @@ void Engine::PrefillGroup(const std::vector<PrefillJob>& jobs, const std::vector
 }
 
 int64_t Engine::ExactPrefillBatchTokens() const {
-  const bool bf16_weights =
-      !model_.weights().layers.empty() && model_.weights().layers[0].q_proj.scalar_type() == at::kBFloat16;
-  return bf16_weights && GetBf16Matmul() == Bf16Matmul::kDot ? options_.prefill_chunk : kGemvMaxBatchRows;
+  const at::ScalarType t =
+      model_.weights().layers.empty() ? at::kFloat : model_.weights().layers[0].q_proj.scalar_type();
+  // One kernel for any number of rows: bf16 under dot, int8 from k-major packs.
+  const bool one_kernel = (t == at::kBFloat16 && GetBf16Matmul() == Bf16Matmul::kDot) ||
+                          (t == at::kChar && model_.kmajor_packs() != nullptr);
+  return one_kernel ? options_.prefill_chunk : kGemvMaxBatchRows;
 }
 
 absl::StatusOr<at::Tensor> Engine::DecodeStep(const std::vector<Sequence*>& seqs,

@@ -105,7 +105,7 @@ class Engine {
   // The most tokens a PrefillBatch may hold with every job keeping the bits
   // of its Prefill alone: kGemvMaxBatchRows (32), or options().prefill_chunk
   // where every matmul is row by row at any size (bf16 weights under
-  // --bf16-matmul dot).
+  // --bf16-matmul dot; int8 weights packed k-major, linear_int8.h).
   int64_t ExactPrefillBatchTokens() const;
 
   // One batched decode step: token[i] goes to seqs[i] at its next position.

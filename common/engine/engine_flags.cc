@@ -15,7 +15,10 @@
 #include "common/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
-ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load).");
+ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load; "
+          "x W^T with x in fp32, or with PDSERVE_Q8_KERNEL=dot x quantized per block of 32 as llama.cpp's Q8_0 "
+          "does, and then on AVX-512 VNNI CPUs the weights packed k-major at load in place of their rows, the "
+          "same memory, for one vpdpbusd kernel in prefill and decode; PDSERVE_Q8_KMAJOR=0 keeps the rows).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, pdserve::EngineOptions{}.num_threads,
           "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");

@@ -12,7 +12,10 @@
 #include "common/model/attention.h"
 #include "common/model/bf16_matmul.h"
 #include "common/model/gemv_kmajor.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
 #include "common/model/kmajor_packs.h"
+#include "common/model/linear_int8.h"
 #include "common/model/gemm_amx.h"
 #include "common/model/gemm_dnnl.h"
 #include "common/model/prefill_attention.h"
@@ -57,13 +60,26 @@ bool WidensToF32(Bf16Matmul path, int64_t N, int64_t K) {
 // The matrices Transformer::PackKMajor packs: q|kv, o, each expert's
 // gate|up and down, the shared ones, the head. Their packs' bytes, or
 // (padded = false) their row-major bf16 bytes, which the packs replace.
-int64_t KMajorMatrixBytes(const ModelConfig& c, bool padded) {
-  const auto pack = [padded](int64_t N, int64_t K) { return 2 * (padded ? KMajorElements(N, K) : N * K); };
+template <typename Bytes>
+int64_t SumPackedMatrices(const ModelConfig& c, const Bytes& pack) {
   const int64_t D = c.d_model, F = c.expert_hidden, hd = c.head_dim;
   const int64_t expert = pack(2 * F, D) + pack(D, F);
   const int64_t layer = pack((c.n_heads + 2 * c.n_kv_heads) * hd, D) + pack(D, c.n_heads * hd) +
                         (c.n_experts + c.n_shared_experts) * expert;
   return c.n_layers * layer + pack(c.vocab_size, D);
+}
+
+int64_t KMajorMatrixBytes(const ModelConfig& c, bool padded) {
+  return SumPackedMatrices(c, [padded](int64_t N, int64_t K) { return 2 * (padded ? KMajorElements(N, K) : N * K); });
+}
+
+// The same matrices in int8 (those whose K takes Q8_0 blocks): their
+// k-major packs' bytes, or (padded = false) their Q8_0 rows'.
+int64_t Q8MatrixBytes(const ModelConfig& c, bool padded) {
+  return SumPackedMatrices(c, [padded](int64_t N, int64_t K) -> int64_t {
+    if (!Q8Quantizable(K)) return 0;
+    return padded ? Q8KMajorBytes(N, K) : N * Q8RowBytes(K);
+  });
 }
 
 // Attention of T query rows against S keys: the fused kernel's fp32 K^T
@@ -87,6 +103,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
                               int64_t kv_budget_bytes, int64_t prefill_chunk, Bf16Matmul bf16_matmul,
                               bool packed_f32) {
   MemoryEstimate e;
+  const bool q8_packs = weights_dtype == WeightsDtype::kInt8 && Q8PacksKMajor();
   ModelWeights shapes;
   shapes.config = c;
   int64_t largest_buffered = 0, unbuffered = 0;
@@ -98,7 +115,16 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       const int64_t slices = nt.shape.size() == 3 ? nt.shape[0] : 1;
       e.packed_f32_bytes += slices * PackedF32Bytes(N, K);
     }
-    if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
+    if (weights_dtype == WeightsDtype::kInt8 && nt.is_matmul_weight && Q8Quantizable(nt.shape.back())) {
+      const int64_t cols = nt.shape.back();
+      e.weights_int8_bytes += n / cols * Q8RowBytes(cols);
+      if (q8_packs) continue;  // the packs' kernel takes any rows: nothing is widened
+      // Prefill widens W to fp32 (LinearQ8): into the per-thread buffer, or
+      // past it (the head) into a fresh copy. Experts one slice at a time.
+      const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
+      if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, 4 * slice);
+      else unbuffered = std::max(unbuffered, 4 * slice);
+    } else if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
       e.weights_bf16_bytes += 2 * n;
       // Experts are multiplied one [F, D] slice at a time.
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
@@ -119,6 +145,10 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
     e.kmajor_bytes = KMajorMatrixBytes(c, /*padded=*/true);
     // The packs take the row-major matrices' place (kmajor_packs.h).
     if (!KMajorKeepsRowMajor()) e.weights_bf16_bytes -= KMajorMatrixBytes(c, /*padded=*/false);
+  }
+  if (q8_packs) {
+    e.kmajor_bytes = Q8MatrixBytes(c, /*padded=*/true);
+    if (!KMajorKeepsRowMajor()) e.weights_int8_bytes -= Q8MatrixBytes(c, /*padded=*/false);
   }
   // One buffer per calling thread (a prefill and a decode worker).
   e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
@@ -170,9 +200,11 @@ absl::StatusOr<MemoryLimit> ContainerMemoryLimit() {
 
 std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
   return absl::StrCat("memory estimate ", Bytes(e.total()), ": weights ", Bytes(e.weights_f32_bytes), " f32 + ",
-                      Bytes(e.weights_bf16_bytes), " bf16, f32 copies of bf16 weights ", Bytes(e.widened_f32_bytes),
+                      Bytes(e.weights_bf16_bytes), " bf16",
+                      e.weights_int8_bytes > 0 ? absl::StrCat(" + ", Bytes(e.weights_int8_bytes), " int8") : "",
+                      ", f32 copies of bf16/int8 weights ", Bytes(e.widened_f32_bytes),
                       e.packed_f32_bytes > 0 ? absl::StrCat(", packed f32 weights ", Bytes(e.packed_f32_bytes)) : "",
-                      e.kmajor_bytes > 0 ? absl::StrCat(", k-major bf16 packs ", Bytes(e.kmajor_bytes)) : "",
+                      e.kmajor_bytes > 0 ? absl::StrCat(", k-major packs ", Bytes(e.kmajor_bytes)) : "",
                       ", KV budget ", Bytes(e.kv_budget_bytes), ", workspace ", Bytes(e.workspace_bytes), "; limit ",
                       limit.bytes < 0 ? std::string("none") : Bytes(limit.bytes),
                       limit.source.empty() ? "" : absl::StrCat(" (", limit.source, ")"));

@@ -25,25 +25,28 @@ enum class KvDtype;     // common/kv/mixed_kv_cache.h (the same)
 struct MemoryEstimate {
   int64_t weights_f32_bytes = 0;   // tensors held in fp32
   int64_t weights_bf16_bytes = 0;  // matmul weights held in bf16
-  // fp32 copies of bf16 weights made while running (the per-thread widening
-  // buffer of Linear and the LM head's transient copy in prefill); 0 in f32,
-  // with the amx path, and with split for every shape its kernel takes.
+  int64_t weights_int8_bytes = 0;  // matmul weights held in Q8_0 rows (34 bytes per 32 values)
+  // fp32 copies of bf16 or int8 weights made while running (the per-thread
+  // widening buffer of Linear / LinearQ8 and the LM head's transient copy
+  // in prefill); 0 in f32, with the amx path, with split for every shape
+  // its kernel takes, and with int8 k-major packs.
   int64_t widened_f32_bytes = 0;
   // --f32-packed-weights: a second copy of each layer's fp32 matmul weights
   // in oneDNN's blocked layout (gemm_dnnl.h), rounded up to its blocks of
   // 64 outputs x 16 inputs; 0 otherwise.
   int64_t packed_f32_bytes = 0;
-  // --bf16-matmul kmajor with bf16 weights: the k-major pack of every matrix
+  // --bf16-matmul kmajor or dot with bf16 weights, or int8 weights where
+  // Q8PacksKMajor() (linear_int8.h): the k-major pack of every matrix
   // decode reads (kmajor_packs.h), fused as the engine fuses them, rows
   // padded to groups of 32; 0 otherwise. The packs replace those matrices'
-  // row-major copies, which weights_bf16_bytes then leaves out (unless
-  // KMajorKeepsRowMajor(), for benchmarks).
+  // row-major copies, which weights_bf16_bytes / weights_int8_bytes then
+  // leave out (unless KMajorKeepsRowMajor(), for benchmarks).
   int64_t kmajor_bytes = 0;
   int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
   int64_t workspace_bytes = 0;     // one prefill chunk at max_context
   int64_t total() const {
-    return weights_f32_bytes + weights_bf16_bytes + widened_f32_bytes + packed_f32_bytes + kmajor_bytes +
-           kv_budget_bytes + workspace_bytes;
+    return weights_f32_bytes + weights_bf16_bytes + weights_int8_bytes + widened_f32_bytes + packed_f32_bytes +
+           kmajor_bytes + kv_budget_bytes + workspace_bytes;
   }
 };
 

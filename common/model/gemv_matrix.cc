@@ -9,6 +9,7 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
@@ -29,8 +30,12 @@ GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e) {
   const char* base = static_cast<const char*>(w.data_ptr());
   const int64_t offset = stacked ? e * rows * last * static_cast<int64_t>(w.element_size()) : 0;
   const bool bf16 = w.scalar_type() == at::kBFloat16;
-  const KMajorPacks* packs = bf16 ? CurrentKMajorPacks() : nullptr;
-  return {base + offset, bf16, q8, rows, cols, packs != nullptr ? packs->Find(base + offset, rows, cols) : nullptr};
+  GemvMatrix m{base + offset, bf16, q8, rows, cols};
+  if (const KMajorPacks* packs = bf16 || q8 ? CurrentKMajorPacks() : nullptr; packs != nullptr) {
+    if (bf16) m.kmajor = packs->Find(m.data, rows, cols);
+    if (q8) m.q8_kmajor = packs->FindQ8(m.data, rows, cols);
+  }
+  return m;
 }
 
 GemvX GemvX::From(int64_t m, int64_t K) const {
@@ -51,7 +56,7 @@ GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* 
     buffer->bf16.resize(M * Bf16DotStride(K));
     RoundRowsToBf16(x, M, K, buffer->bf16.data());
     r.bf16 = buffer->bf16.data();
-  } else if (w.q8 && Q8KernelIsDot()) {
+  } else if (w.q8 && (Q8KernelIsDot() || w.q8_kmajor != nullptr)) {
     buffer->q8.resize(M * K);
     buffer->q8_scales.resize(M * (K / kQ8Block));
     QuantizeRowsQ8(x, M, K, buffer->q8.data(), buffer->q8_scales.data());
@@ -84,6 +89,7 @@ void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int
     return GemvBf16KMajorDotRounded(x.bf16, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
   }
   if (w.kmajor != nullptr) return GemvRows(x.x, M, w, t0, t1, y, ldy);
+  if (w.q8_kmajor != nullptr) return GemvQ8KMajorDot(x.q8, x.q8_scales, M, w.cols, w.q8_kmajor, w.rows, t0, t1, y, ldy);
   const int64_t tile = M <= kGemvMaxRows ? std::max<int64_t>(1, t1 - t0) : GemvTileRows(w.row_bytes());
   const int64_t K = w.cols;
   const auto* wb = static_cast<const uint8_t*>(w.data);

@@ -12,27 +12,34 @@ namespace pdserve {
 
 // A weight matrix [rows, cols] (cols = K), row-major: fp32, bf16 (raw
 // uint16) or Q8_0 (linear_int8.h: Q8RowBytes(cols) bytes a row); for bf16
-// under --bf16-matmul kmajor or dot also its k-major pack (kmajor_packs.h),
-// which the decode kernels then read instead.
+// under --bf16-matmul kmajor or dot, and for Q8_0 where Q8PacksKMajor(),
+// also its k-major pack (kmajor_packs.h), which the decode kernels then
+// read instead.
 struct GemvMatrix {
   const void* data = nullptr;  // nullptr: not usable by the kernels
   bool bf16 = false, q8 = false;
   int64_t rows = 0, cols = 0;
-  const uint16_t* kmajor = nullptr;  // the pack (gemv_kmajor.h), or nullptr
+  const uint16_t* kmajor = nullptr;    // bf16: the pack (gemv_kmajor.h), or nullptr
+  const uint8_t* q8_kmajor = nullptr;  // Q8_0: the pack (gemv_q8_kmajor.h), or nullptr
 
   int64_t row_bytes() const;
+  // Whether the kernels read a k-major pack: they block every row of x
+  // themselves, over whole groups of 32 outputs.
+  bool packed() const { return kmajor != nullptr || q8_kmajor != nullptr; }
   bool same_kind(const GemvMatrix& o) const { return bf16 == o.bf16 && q8 == o.q8; }
 };
 
 // w, or matrix e of a 3-D [E, rows, cols] stack (e >= 0), when it is fp32,
 // bf16 or Q8_0 and contiguous, without a tensor call per use; data ==
-// nullptr when it is not (a strided view, another dtype). A bf16 matrix
-// gets its pack from the packs in scope on this thread (CurrentKMajorPacks).
+// nullptr when it is not (a strided view, another dtype). A bf16 or Q8_0
+// matrix gets its pack from the packs in scope on this thread
+// (CurrentKMajorPacks).
 GemvMatrix AsGemvMatrix(const at::Tensor& w, int64_t e = -1);
 
 // Rows of x [M, K] as one kind of matrix's kernel reads them: fp32, and
 // where that kernel rounds x (bf16 under --bf16-matmul dot, int8 under
-// PDSERVE_Q8_KERNEL=dot) the rounded rows, prepared once for many chunks.
+// PDSERVE_Q8_KERNEL=dot or from a pack) the rounded rows, prepared once for
+// many chunks.
 struct GemvX {
   const float* x = nullptr;          // [M, K]
   const uint16_t* bf16 = nullptr;    // [M, Bf16DotStride(K)] (gemv_bf16dot.h), or nullptr
@@ -61,7 +68,8 @@ GemvX PrepareGemvX(const GemvMatrix& w, const float* x, int64_t M, GemvXBuffer* 
 // passes (ForEachGemvTile's order within one chunk). The kernel is the one
 // Linear uses for this matrix (fp32; exact bf16 from rows or from the
 // k-major pack; under --bf16-matmul dot x rounded to bf16 by PrepareGemvX;
-// LinearQ8's for Q8_0 weights), so each output has Linear's bits.
+// LinearQ8's for Q8_0 weights, from the pack where there is one), so each
+// output has Linear's bits.
 void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int64_t t1, float* y, int64_t ldy);
 
 }  // namespace pdserve

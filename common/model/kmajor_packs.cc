@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "common/model/gemv_kmajor.h"
+#include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
 #include "common/model/huge_page_arena.h"
 
 namespace pdserve {
@@ -17,12 +19,18 @@ namespace {
 std::atomic<bool> packs_in_use{true};
 std::atomic<bool> keep_row_major{false};
 
-// The pack of one bf16 matrix [N, K] at `w`.
-at::Tensor MakePack(const uint16_t* w, int64_t N, int64_t K, HugePageArena* arena) {
-  at::Tensor out = at::empty({KMajorElements(N, K)}, at::kShort);
-  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<int16_t>());
-  at::parallel_for(0, KMajorGroups(N), /*grain_size=*/8,
-                   [&](int64_t g0, int64_t g1) { PackBf16KMajor(w, N, K, g0, g1, o); });
+// The pack of one bf16 matrix [N, K] at `w`, or (q8) of one Q8_0 matrix
+// of N rows of K values.
+at::Tensor MakePack(const void* w, int64_t N, int64_t K, bool q8, HugePageArena* arena) {
+  at::Tensor out = q8 ? at::empty({Q8KMajorBytes(N, K)}, at::kByte) : at::empty({KMajorElements(N, K)}, at::kShort);
+  at::parallel_for(0, KMajorGroups(N), /*grain_size=*/8, [&](int64_t g0, int64_t g1) {
+    if (q8) {
+      PackQ8KMajor(static_cast<const uint8_t*>(w), N, K, g0, g1, out.data_ptr<uint8_t>());
+    } else {
+      PackBf16KMajor(static_cast<const uint16_t*>(w), N, K, g0, g1,
+                     reinterpret_cast<uint16_t*>(out.data_ptr<int16_t>()));
+    }
+  });
   return arena != nullptr ? PlaceOnHugePages(arena, out) : out;
 }
 
@@ -37,9 +45,13 @@ at::Tensor StandIn(const at::Tensor& w) {
       p, w.sizes(), [bytes](void* q) { munmap(q, bytes); }, w.options().requires_grad(false));
 }
 
+bool IsQ8Matrix(const at::Tensor& w) { return w.scalar_type() == at::kChar; }
+
 bool Packable(const at::Tensor& w) {
-  return w.scalar_type() == at::kBFloat16 && w.is_contiguous() && (w.dim() == 2 || w.dim() == 3) && w.size(-2) > 0 &&
-         w.size(-1) > 0;
+  const bool q8 = IsQ8Matrix(w);
+  if (!(w.scalar_type() == at::kBFloat16 || (q8 && GemvQ8VnniAvailable()))) return false;
+  return w.is_contiguous() && (w.dim() == 2 || w.dim() == 3) && w.size(-2) > 0 && w.size(-1) > 0 &&
+         (!q8 || w.size(-1) % kQ8BlockBytes == 0);
 }
 
 }  // namespace
@@ -57,20 +69,32 @@ bool KMajorPacks::Take(at::Tensor* w, HugePageArena* arena) {
 
 bool KMajorPacks::AddKeyed(const at::Tensor& w, const void* key, HugePageArena* arena) {
   if (!Packable(w)) return false;
-  const int64_t E = w.dim() == 3 ? w.size(0) : 1, N = w.size(-2), K = w.size(-1);
-  const auto* base = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  const bool q8 = IsQ8Matrix(w);
+  const int64_t E = w.dim() == 3 ? w.size(0) : 1, N = w.size(-2), row_bytes = w.size(-1) * w.element_size();
+  const int64_t K = q8 ? w.size(-1) / kQ8BlockBytes * kQ8Block : w.size(-1);
+  const auto* base = static_cast<const char*>(w.data_ptr());
   for (int64_t e = 0; e < E; ++e) {
-    at::Tensor p = MakePack(base + e * N * K, N, K, arena);
-    bytes_ += p.numel() * 2;
-    packs_[static_cast<const uint16_t*>(key) + e * N * K] = {std::move(p), N, K};
+    at::Tensor p = MakePack(base + e * N * row_bytes, N, K, q8, arena);
+    bytes_ += p.numel() * p.element_size();
+    packs_[static_cast<const char*>(key) + e * N * row_bytes] = {std::move(p), N, K, q8};
   }
   return true;
 }
 
-const uint16_t* KMajorPacks::Find(const void* data, int64_t rows, int64_t cols) const {
+const KMajorPacks::Pack* KMajorPacks::Lookup(const void* data, int64_t rows, int64_t cols, bool q8) const {
   const auto it = packs_.find(data);
-  if (it == packs_.end() || it->second.cols != cols || rows > it->second.rows) return nullptr;
-  return reinterpret_cast<const uint16_t*>(it->second.data.data_ptr<int16_t>());
+  if (it == packs_.end() || it->second.q8 != q8 || it->second.cols != cols || rows > it->second.rows) return nullptr;
+  return &it->second;
+}
+
+const uint16_t* KMajorPacks::Find(const void* data, int64_t rows, int64_t cols) const {
+  const Pack* p = Lookup(data, rows, cols, /*q8=*/false);
+  return p != nullptr ? reinterpret_cast<const uint16_t*>(p->data.data_ptr<int16_t>()) : nullptr;
+}
+
+const uint8_t* KMajorPacks::FindQ8(const void* data, int64_t rows, int64_t cols) const {
+  const Pack* p = Lookup(data, rows, cols, /*q8=*/true);
+  return p != nullptr ? p->data.data_ptr<uint8_t>() : nullptr;
 }
 
 const KMajorPacks* CurrentKMajorPacks() {

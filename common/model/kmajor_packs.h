@@ -1,5 +1,7 @@
 // The k-major copies of a model's bf16 matrices (gemv_kmajor.h) that the
-// decode kernels read under --bf16-matmul kmajor (bf16_matmul.h):
+// decode kernels read under --bf16-matmul kmajor or dot (bf16_matmul.h),
+// and of its int8 Q8_0 matrices (gemv_q8_kmajor.h) that the int8 dot
+// kernel reads where Q8PacksKMajor() (linear_int8.h):
 //   KMajorPacks        packs made at load, found by the address of the
 //                      matrix they copy (Add) or replace (Take)
 //   ScopedKMajorPacks  puts one model's packs in scope for the calling
@@ -13,8 +15,9 @@
 //                      row-major matrices) instead of taking
 //
 // Taken, a pack is the only copy of its matrix: decode multiplies from it,
-// prefill's GEMMs widen it (WidenKMajorT), a tied embedding's lookup
-// gathers from it (WidenKMajorRow), so the mode holds the bf16 weights once
+// prefill's GEMMs widen it (WidenKMajorT; int8: DequantizeQ8KMajorRow), a
+// tied embedding's lookup gathers from it (WidenKMajorRow, the same), so the
+// mode holds the weights once
 // (plus the padding of N to a multiple of 32). The matrix's tensor stays as
 // a stand-in: the same shape, dtype and strides over an address range
 // reserved without memory and without access, so every view of it (an
@@ -35,10 +38,11 @@ class HugePageArena;
 
 class KMajorPacks {
  public:
-  // Packs bf16 w [N, K], or each matrix of a stack [E, N, K], on `arena`'s
-  // 2 MiB pages (nullptr: the heap); groups of 32 rows in parallel. w must
-  // outlive this object and keep its address. False, and nothing kept, for
-  // another dtype, a non-contiguous w or other shapes.
+  // Packs bf16 or Q8_0 (int8, linear_int8.h) w [N, K], or each matrix of
+  // a stack [E, N, K], on `arena`'s 2 MiB pages (nullptr: the heap); groups
+  // of 32 rows in parallel. w must outlive this object and keep its
+  // address. False, and nothing kept, for another dtype, a Q8_0 w on a CPU
+  // without AVX-512 VNNI, a non-contiguous w or other shapes.
   bool Add(const at::Tensor& w, HugePageArena* arena);
 
   // Add, with the packs found by the address of a stand-in that replaces
@@ -50,6 +54,8 @@ class KMajorPacks {
   // `cols` columns and at least `rows` rows (a view of its first rows, such
   // as q_proj within q|kv, reads the pack's first outputs); else nullptr.
   const uint16_t* Find(const void* data, int64_t rows, int64_t cols) const;
+  // The same for a Q8_0 matrix of `cols` values a row (its pack's bytes).
+  const uint8_t* FindQ8(const void* data, int64_t rows, int64_t cols) const;
 
   int64_t bytes() const { return bytes_; }
   int64_t count() const { return static_cast<int64_t>(packs_.size()); }
@@ -58,9 +64,11 @@ class KMajorPacks {
 
  private:
   struct Pack {
-    at::Tensor data;  // uint16 storage as kShort
+    at::Tensor data;  // bf16: uint16 storage as kShort; Q8_0: bytes as kByte
     int64_t rows, cols;
+    bool q8;
   };
+  const Pack* Lookup(const void* data, int64_t rows, int64_t cols, bool q8) const;
   bool AddKeyed(const at::Tensor& w, const void* key, HugePageArena* arena);
 
   std::unordered_map<const void*, Pack> packs_;

@@ -10,8 +10,11 @@
 #include <string>
 
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
+#include "common/model/gemv_q8_kmajor.h"
 #include "common/model/gemv_tiles.h"
+#include "common/model/kmajor_packs.h"
 
 namespace pdserve {
 namespace {
@@ -56,6 +59,12 @@ void DequantizeInto(const at::Tensor& q, float* dst) {
   });
 }
 
+// The k-major pack of a 2-D Q8_0 w in scope on this thread, or nullptr.
+const uint8_t* PackOf(const at::Tensor& w) {
+  const KMajorPacks* packs = CurrentKMajorPacks();
+  return packs != nullptr && w.dim() == 2 ? packs->FindQ8(w.data_ptr(), w.size(0), KOf(w)) : nullptr;
+}
+
 // kDefault's kernel: the dot one when PDSERVE_Q8_KERNEL=dot (on AVX-512
 // VNNI CPUs its fast build, GemvQ8DotIsa), else FMA: the dot kernel's
 // activation rounding misses the quality bar (docs/benchmarks.md, "AVX-512
@@ -81,11 +90,13 @@ at::Tensor RoundTripQ8(const at::Tensor& x) {
 }
 
 // Decode-sized x: x quantized once (dot kernel), then each weight row
-// streamed once per 4 rows of x, tiled as Linear does (gemv_tiles.h).
-at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
+// streamed once per 4 rows of x, tiled as Linear does (gemv_tiles.h). From
+// a k-major pack, any x: every row in each call (the kernel blocks them)
+// over chunks of whole groups.
+at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, const uint8_t* pack, Q8Kernel kernel) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0), nb = K / kQ8Block;
   const at::Tensor xc = x.contiguous();
-  const bool fma = !UsesDot(kernel);
+  const bool fma = pack == nullptr && !UsesDot(kernel);
   at::Tensor xq = at::empty({fma ? 0 : M, K}, at::kChar), xs = at::empty({fma ? 0 : M, nb}, at::kFloat);
   if (!fma) QuantizeRowsQ8(xc.data_ptr<float>(), M, K, xq.data_ptr<int8_t>(), xs.data_ptr<float>());
   const float* xp = xc.data_ptr<float>();
@@ -93,6 +104,13 @@ at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel)
   const int8_t* xqp = xq.data_ptr<int8_t>();
   const float* xsp = xs.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  if (pack != nullptr) {
+    ForEachGemvTile(
+        M, N, Q8RowBytes(K),
+        [&](int64_t, int64_t, int64_t t0, int64_t t1) { GemvQ8KMajorDot(xqp, xsp, M, K, pack, N, t0, t1, yp, N); },
+        std::max<int64_t>(M, 1), kKMajorGroup);
+    return y;
+  }
   const auto* wp = static_cast<const uint8_t*>(w.data_ptr());
   ForEachGemvTile(M, N, Q8RowBytes(K), [&](int64_t m, int64_t rows, int64_t t0, int64_t t1) {
     if (fma) {
@@ -109,6 +127,14 @@ at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel)
 bool IsQ8(const at::Tensor& w) { return w.defined() && w.scalar_type() == at::kChar; }
 
 bool Q8KernelIsDot(Q8Kernel kernel) { return UsesDot(kernel); }
+
+bool Q8PacksKMajor() {
+  static const bool on = [] {
+    const char* v = std::getenv("PDSERVE_Q8_KMAJOR");
+    return DefaultIsDot() && GemvQ8VnniAvailable() && !(v != nullptr && std::string(v) == "0");
+  }();
+  return on;
+}
 
 bool Q8Quantizable(int64_t K) { return K > 0 && K % kQ8Block == 0; }
 
@@ -139,7 +165,12 @@ at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   TORCH_CHECK(w.dim() == 2 && x.dim() == 2 && x.size(1) == KOf(w), "LinearQ8: x ", x.sizes(), " against Q8_0 ",
               w.sizes());
   at::Tensor xf = x.to(at::kFloat);
-  if (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available()) return GemvLinear(xf, w, kernel);
+  // From a pack, any number of rows through its kernel (no widening; each
+  // row's bits the same in prefill and decode, whatever the batch).
+  const uint8_t* pack = PackOf(w);
+  if (pack != nullptr || (x.size(0) <= kGemvMaxBatchRows && w.is_contiguous() && GemvQ8Available())) {
+    return GemvLinear(xf, w, pack, kernel);
+  }
   // With the dot kernel, prefill sees x quantized as decode does, so a
   // cached decode and a no-cache forward agree as for the FMA kernel.
   if (UsesDot(kernel)) xf = RoundTripQ8(xf);
@@ -148,16 +179,29 @@ at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   // the LM head (past 64 MB in fp32) is widened into a fresh one.
   constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements
   const int64_t N = w.size(0), K = x.size(1);
-  if (N * K > kMaxBuffered) return at::linear(xf, DequantizeQ8(w));
   thread_local at::Tensor buffer;
-  if (!buffer.defined() || buffer.numel() < N * K) buffer = at::empty({N * K}, at::kFloat);
-  at::Tensor wf = buffer.narrow(0, 0, N * K).view({N, K});
+  at::Tensor wf;
+  if (N * K > kMaxBuffered) {
+    wf = at::empty({N, K}, at::kFloat);
+  } else {
+    if (!buffer.defined() || buffer.numel() < N * K) buffer = at::empty({N * K}, at::kFloat);
+    wf = buffer.narrow(0, 0, N * K).view({N, K});
+  }
   DequantizeInto(w, wf.data_ptr<float>());
   return at::linear(xf, wf);
 }
 
-at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids) {
-  return DequantizeQ8(embed.index_select(0, ids));
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids, const uint8_t* pack) {
+  if (pack == nullptr) return DequantizeQ8(embed.index_select(0, ids));
+  const at::Tensor ic = ids.to(at::kLong).contiguous();
+  const int64_t N = ic.numel(), D = KOf(embed);
+  at::Tensor out = at::empty({N, D}, at::kFloat);
+  const int64_t* ip = ic.data_ptr<int64_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    TORCH_CHECK(ip[n] >= 0 && ip[n] < embed.size(0), "EmbedRowsQ8: id ", ip[n], " outside [0, ", embed.size(0), ")");
+    DequantizeQ8KMajorRow(pack, D, ip[n], out.data_ptr<float>() + n * D);
+  }
+  return out;
 }
 
 }  // namespace pdserve

@@ -38,12 +38,24 @@ enum class Q8Kernel { kDefault, kDot, kFma };
 // Whether `kernel` is the dot kernel (kDefault: PDSERVE_Q8_KERNEL=dot).
 bool Q8KernelIsDot(Q8Kernel kernel = Q8Kernel::kDefault);
 
+// Whether a model loaded now packs its Q8_0 matrices k-major in place of
+// their rows (kmajor_packs.h, gemv_q8_kmajor.h): under the dot kernel
+// (kDefault) on CPUs with AVX-512 VNNI, unless PDSERVE_Q8_KMAJOR=0 (read
+// once; for same-machine comparisons with the row layout). The pack's
+// kernel takes x quantized, as the dot kernel does, with the same products
+// summed in another order.
+bool Q8PacksKMajor();
+
 // x W^T in fp32 for a 2-D Q8_0 weight W [N, Q8RowBytes(K)]; x [M, K] fp32.
 // Up to kGemvMaxBatchRows rows use `kernel` (AVX2+FMA+F16C CPUs); more rows (prefill) widen W
-// to fp32 once per call and use BLAS.
+// to fp32 once per call and use BLAS. Where W has a k-major pack in scope
+// (CurrentKMajorPacks, kmajor_packs.h), any number of rows goes through the
+// pack's dot kernel (GemvQ8KMajorDot) whatever `kernel` says: no widening,
+// and a row's bits do not depend on the rows beside it, in prefill too.
 at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel = Q8Kernel::kDefault);
 
-// Rows `ids` of a Q8_0 embedding [V, Q8RowBytes(D)], as fp32 [N, D].
-at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids);
+// Rows `ids` of a Q8_0 embedding [V, Q8RowBytes(D)], as fp32 [N, D]; from
+// `pack`, its k-major pack (gemv_q8_kmajor.h), where not null.
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids, const uint8_t* pack = nullptr);
 
 }  // namespace pdserve

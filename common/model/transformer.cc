@@ -16,6 +16,7 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_matrix.h"
+#include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/kmajor_packs.h"
@@ -72,7 +73,7 @@ at::Tensor GemvRowsLinear(const at::Tensor& x, const at::Tensor& w, const GemvMa
   at::Tensor y = at::empty({M, N}, at::kFloat);
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const bool kmajor = wm.kmajor != nullptr;  // every row in each call: the kernel blocks them itself
+  const bool kmajor = wm.packed();  // every row in each call: the kernel blocks them itself
   GemvXBuffer buffer;
   const GemvX gx = PrepareGemvX(wm, xp, M, &buffer);  // rounded once where the kernel takes x rounded
   ForEachGemvTile(
@@ -145,7 +146,7 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
   if (PackF32Weights()) PackLayerWeights();
-  if (PacksKMajor(GetBf16Matmul()) && GemvAvailable()) PackKMajor();
+  if ((PacksKMajor(GetBf16Matmul()) && GemvAvailable()) || Q8PacksKMajor()) PackKMajor();
   ReleaseFreedHeap();
 }
 
@@ -203,12 +204,14 @@ void Transformer::PackKMajor() {
   // Its own arena: the row-major matrices' chunks are unmapped once taken.
   HugePageArena arena;
   const bool keep = KMajorKeepsRowMajor();
-  // Every matrix decode reads (KMajorPacks skips the ones not bf16).
+  // Every matrix decode reads: bf16 ones under --bf16-matmul kmajor or dot,
+  // int8 ones where Q8PacksKMajor() (f32 weights take nothing).
+  const bool bf16 = PacksKMajor(GetBf16Matmul()) && GemvAvailable(), q8 = Q8PacksKMajor();
   const auto pack = [&](at::Tensor* w) {
+    if (!(w->scalar_type() == at::kBFloat16 ? bf16 : IsQ8(*w) && q8)) return false;
     if (keep) return packs->Add(*w, &arena);
-    // The values are about to go: the fingerprint hashes them first, once,
-    // and only if a matrix is bf16 (f32 or int8 weights take nothing).
-    if (fingerprint_.empty() && w->scalar_type() == at::kBFloat16) fingerprint_ = ModelFingerprint(w_);
+    // The values are about to go: the fingerprint hashes them first, once.
+    if (fingerprint_.empty()) fingerprint_ = ModelFingerprint(w_);
     return packs->Take(w, &arena);
   };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
@@ -232,8 +235,12 @@ void Transformer::PackKMajor() {
 std::string Transformer::Fingerprint() const { return fingerprint_.empty() ? ModelFingerprint(w_) : fingerprint_; }
 
 at::Tensor Transformer::Embed(const at::Tensor& ids) const {
-  if (IsQ8(w_.embed)) return EmbedRowsQ8(w_.embed, ids);
-  const int64_t V = w_.embed.size(0), D = w_.embed.size(1);
+  const int64_t V = w_.embed.size(0);
+  if (IsQ8(w_.embed)) {
+    const int64_t D = w_.embed.size(1) / kQ8BlockBytes * kQ8Block;
+    return EmbedRowsQ8(w_.embed, ids, kmajor_ != nullptr ? kmajor_->FindQ8(w_.embed.data_ptr(), V, D) : nullptr);
+  }
+  const int64_t D = w_.embed.size(1);
   // Gathered from the pack where there is one (the same values as the
   // matrix's, which a stand-in no longer holds).
   const uint16_t* pack = kmajor_ != nullptr ? kmajor_->Find(w_.embed.data_ptr(), V, D) : nullptr;

@@ -183,7 +183,7 @@ at::Tensor Transformer::MoeRows(int64_t layer, const at::Tensor& h, const int64_
 
   // Region 1: every expert's gate|up over its rows, chunk by chunk of the
   // 2F output columns (whole k-major groups where the experts have packs).
-  const int64_t align = plan.experts[0].gate_up.kmajor != nullptr ? kKMajorGroup : 1;
+  const int64_t align = plan.experts[0].gate_up.packed() ? kKMajorGroup : 1;
   at::Tensor gu = at::empty({T, 2 * F}, at::kFloat);
   float* gp = gu.data_ptr<float>();
   ForEachChunk(2 * F, GemvChunkRows(2 * F, align), [&](int64_t n0, int64_t n1) {
