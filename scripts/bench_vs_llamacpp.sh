@@ -195,15 +195,16 @@ pd_step() {
   $PY "$REPORT" parse step "$out" | record "$round" "$row" pdserve "pdserve-step-bench B=$b${PD_TOOL_SUFFIX:-}" "kv=bf16"
 }
 
-# pd_prefill ROUND DTYPE: pdserve-ttft-bench in process, prompts of 512 and 4096 tokens
-# (PD_PACKED=1: --f32-packed-weights).
+# pd_prefill ROUND DTYPE [ROW_DTYPE]: pdserve-ttft-bench in process, prompts of 512 and 4096
+# tokens, recorded as rows prefill_LEN_ROW_DTYPE (default DTYPE) (PD_PACKED=1: --f32-packed-weights).
 pd_prefill() {
-  local round=$1 dt=$2 out=$LOGS/r${1}_prefill_${2}_pd${PD_BF16_MATMUL:-}${PD_PACKED:+_packed}.csv len ts
+  local round=$1 dt=$2 row_dt=${3:-$2} len ts
+  local out=$LOGS/r${1}_prefill_${2}_pd${PD_BF16_MATMUL:-}${PDSERVE_Q8_KERNEL:-}${PD_PACKED:+_packed}.csv
   "$PD/pdserve-ttft-bench" --model "$MODEL_DIR" --weights-dtype "$dt" --kv-dtype bf16 \
     --threads "$THREADS" --prompt-lens 512,4096 --trials 1 --bf16-matmul "${PD_BF16_MATMUL:-auto}" \
     ${PD_PACKED:+--f32-packed-weights} --csv-out "$out" >/dev/null 2>&1
   $PY "$REPORT" parse ttft "$out" | while read -r len ts; do
-    echo "$ts" | record "$round" "prefill_${len}_$dt" pdserve "pdserve-ttft-bench${PD_TOOL_SUFFIX:-}" "kv=bf16"
+    echo "$ts" | record "$round" "prefill_${len}_$row_dt" pdserve "pdserve-ttft-bench${PD_TOOL_SUFFIX:-}" "kv=bf16"
   done
 }
 
@@ -287,6 +288,9 @@ run_int8_rows() {
     # The int8-dot kernel (x rounded to int8 per block, as llama.cpp's Q8_0 does; opt-in).
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_q8 int8 32 64
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_b16_q8 int8 16
+    # Prefill under the dot kernel: where the CPU has AVX-512 VNNI, from the k-major packs
+    # through the same kernel (the row layout widens each weight to fp32 for BLAS instead).
+    PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_prefill "$r" int8 q8
   fi
 }
 

@@ -147,7 +147,7 @@ ROWS = [
      1.15, ("q8", 32, 64, 1)),
     ("decode_b16_q8", "pdserve-step-bench B=16 dot", "decode, 16 sequences, Q8_0 vs pdserve int8 dot kernel", 2.0,
      ("q8", 32, 32, 16)),
-    ("prefill_512_q8", "pdserve-ttft-bench", "prefill 512 tokens, Q8_0 (pdserve: not measured)", None, None),
+    ("prefill_512_q8", "pdserve-ttft-bench dot", "prefill 512 tokens, Q8_0 vs pdserve int8 dot kernel", None, None),
     # pdserve --bf16-matmul kmajor, where auto is not kmajor (AMX CPUs: split; AVX2-only CPUs: widen).
     *bf16_decode_rows("kmajor"),
     # pdserve --bf16-matmul widen (bf16 weights widened per call: the default before kmajor), where auto is kmajor.

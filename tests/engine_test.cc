@@ -388,7 +388,9 @@ TEST(EngineInt8KMajorTest, PacksReplaceTheRowsAndBatchesKeepTheBits) {
     EXPECT_EQ(load()->model().kmajor_packs(), nullptr);
     return;
   }
-  if (!Q8PacksKMajor()) GTEST_SKIP() << "this CPU lacks AVX-512 VNNI (or PDSERVE_Q8_KMAJOR=0): no int8 packs";
+  if (!Q8PacksKMajor()) {
+    GTEST_SKIP() << "no int8 packs: this CPU lacks AVX-512 VNNI, or PDSERVE_ISA=avx2 or PDSERVE_Q8_KMAJOR=0";
+  }
   SetKMajorKeepsRowMajor(true);  // the packs beside the rows, then hidden: the row layout's dot kernel
   const std::unique_ptr<Engine> rows = load();
   SetKMajorKeepsRowMajor(false);

@@ -18,6 +18,8 @@
 #include "common/model/cache_layout.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/huge_page_arena.h"
+#include "common/model/kmajor_packs.h"
+#include "common/model/linear_int8.h"
 #include "common/util/cpu_features.h"
 #include "common/util/log.h"
 #include "common/util/blas_env.h"
@@ -92,10 +94,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
   const int64_t weight_mib = WeightBytes(w) >> 20;
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(w), options));  // the Transformer places them
   const int64_t huge_mib = AnonHugePageBytes() >> 20;
-  // dot and amx round activations to bf16: say so where it applies.
-  const std::string matmul = options.weights_dtype == WeightsDtype::kBF16
-                                 ? absl::StrCat(" (bf16 matmul ", Bf16MatmulName(GetBf16Matmul()), ")")
-                                 : "";
+  // dot and amx round activations to bf16, int8's dot kernel to int8: say so where it applies.
+  std::string matmul;
+  if (options.weights_dtype == WeightsDtype::kBF16) {
+    matmul = absl::StrCat(" (bf16 matmul ", Bf16MatmulName(GetBf16Matmul()), ")");
+  } else if (options.weights_dtype == WeightsDtype::kInt8) {
+    matmul = absl::StrCat(" (int8 kernel ", Q8KernelIsDot() ? "dot" : "fma",
+                          engine->model().kmajor_packs() != nullptr ? ", k-major packs" : "", ")");
+  }
   log::Info(absl::StrFormat("weights %d MiB%s; process memory on 2 MiB pages: %d MiB%s", weight_mib, matmul,
                             std::max<int64_t>(huge_mib, 0),
                             !HugePagesEnabled() ? " (PDSERVE_HUGE_PAGES=0)"

@@ -131,7 +131,7 @@ bool Q8KernelIsDot(Q8Kernel kernel) { return UsesDot(kernel); }
 bool Q8PacksKMajor() {
   static const bool on = [] {
     const char* v = std::getenv("PDSERVE_Q8_KMAJOR");
-    return DefaultIsDot() && GemvQ8VnniAvailable() && !(v != nullptr && std::string(v) == "0");
+    return DefaultIsDot() && GemvQ8DotIsa() == GemvIsa::kAvx512 && !(v != nullptr && std::string(v) == "0");
   }();
   return on;
 }

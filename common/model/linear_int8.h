@@ -40,8 +40,9 @@ bool Q8KernelIsDot(Q8Kernel kernel = Q8Kernel::kDefault);
 
 // Whether a model loaded now packs its Q8_0 matrices k-major in place of
 // their rows (kmajor_packs.h, gemv_q8_kmajor.h): under the dot kernel
-// (kDefault) on CPUs with AVX-512 VNNI, unless PDSERVE_Q8_KMAJOR=0 (read
-// once; for same-machine comparisons with the row layout). The pack's
+// (kDefault) where it runs its AVX-512 VNNI build (GemvQ8DotIsa: not under
+// PDSERVE_ISA=avx2), unless PDSERVE_Q8_KMAJOR=0 (read once; for
+// same-machine comparisons with the row layout). The pack's
 // kernel takes x quantized, as the dot kernel does, with the same products
 // summed in another order.
 bool Q8PacksKMajor();
