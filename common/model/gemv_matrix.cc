@@ -89,7 +89,9 @@ void GemvAllRows(const GemvX& x, int64_t M, const GemvMatrix& w, int64_t t0, int
     return GemvBf16KMajorDotRounded(x.bf16, M, w.cols, w.kmajor, w.rows, t0, t1, y, ldy);
   }
   if (w.kmajor != nullptr) return GemvRows(x.x, M, w, t0, t1, y, ldy);
-  if (w.q8_kmajor != nullptr) return GemvQ8KMajorDot(x.q8, x.q8_scales, M, w.cols, w.q8_kmajor, w.rows, t0, t1, y, ldy);
+  if (w.q8_kmajor != nullptr) {  // PrepareGemvX quantized x for it
+    return GemvQ8KMajorDot(x.q8, x.q8_scales, M, w.cols, w.q8_kmajor, w.rows, t0, t1, y, ldy);
+  }
   const int64_t tile = M <= kGemvMaxRows ? std::max<int64_t>(1, t1 - t0) : GemvTileRows(w.row_bytes());
   const int64_t K = w.cols;
   const auto* wb = static_cast<const uint8_t*>(w.data);

@@ -26,7 +26,8 @@ struct GemvMatrix {
   // Whether the kernels read a k-major pack: they block every row of x
   // themselves, over whole groups of 32 outputs.
   bool packed() const { return kmajor != nullptr || q8_kmajor != nullptr; }
-  bool same_kind(const GemvMatrix& o) const { return bf16 == o.bf16 && q8 == o.q8; }
+  // Whether x prepared for o (PrepareGemvX) serves this matrix too.
+  bool same_kind(const GemvMatrix& o) const { return bf16 == o.bf16 && q8 == o.q8 && packed() == o.packed(); }
 };
 
 // w, or matrix e of a 3-D [E, rows, cols] stack (e >= 0), when it is fp32,

@@ -12,6 +12,7 @@
 #include "common/model/gemv_q8.h"
 #include "common/model/gemv_q8_kmajor.h"
 #include "common/model/huge_page_arena.h"
+#include "common/model/linear_int8.h"
 
 namespace pdserve {
 namespace {
@@ -45,10 +46,8 @@ at::Tensor StandIn(const at::Tensor& w) {
       p, w.sizes(), [bytes](void* q) { munmap(q, bytes); }, w.options().requires_grad(false));
 }
 
-bool IsQ8Matrix(const at::Tensor& w) { return w.scalar_type() == at::kChar; }
-
 bool Packable(const at::Tensor& w) {
-  const bool q8 = IsQ8Matrix(w);
+  const bool q8 = IsQ8(w);
   if (!(w.scalar_type() == at::kBFloat16 || (q8 && GemvQ8VnniAvailable()))) return false;
   return w.is_contiguous() && (w.dim() == 2 || w.dim() == 3) && w.size(-2) > 0 && w.size(-1) > 0 &&
          (!q8 || w.size(-1) % kQ8BlockBytes == 0);
@@ -69,7 +68,7 @@ bool KMajorPacks::Take(at::Tensor* w, HugePageArena* arena) {
 
 bool KMajorPacks::AddKeyed(const at::Tensor& w, const void* key, HugePageArena* arena) {
   if (!Packable(w)) return false;
-  const bool q8 = IsQ8Matrix(w);
+  const bool q8 = IsQ8(w);
   const int64_t E = w.dim() == 3 ? w.size(0) : 1, N = w.size(-2), row_bytes = w.size(-1) * w.element_size();
   const int64_t K = q8 ? w.size(-1) / kQ8BlockBytes * kQ8Block : w.size(-1);
   const auto* base = static_cast<const char*>(w.data_ptr());

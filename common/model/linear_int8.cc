@@ -179,14 +179,10 @@ at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   // the LM head (past 64 MB in fp32) is widened into a fresh one.
   constexpr int64_t kMaxBuffered = int64_t{16} << 20;  // elements
   const int64_t N = w.size(0), K = x.size(1);
+  if (N * K > kMaxBuffered) return at::linear(xf, DequantizeQ8(w));
   thread_local at::Tensor buffer;
-  at::Tensor wf;
-  if (N * K > kMaxBuffered) {
-    wf = at::empty({N, K}, at::kFloat);
-  } else {
-    if (!buffer.defined() || buffer.numel() < N * K) buffer = at::empty({N * K}, at::kFloat);
-    wf = buffer.narrow(0, 0, N * K).view({N, K});
-  }
+  if (!buffer.defined() || buffer.numel() < N * K) buffer = at::empty({N * K}, at::kFloat);
+  at::Tensor wf = buffer.narrow(0, 0, N * K).view({N, K});
   DequantizeInto(w, wf.data_ptr<float>());
   return at::linear(xf, wf);
 }
