@@ -397,7 +397,8 @@ TEST(EngineInt8KMajorTest, PacksReplaceTheRowsAndBatchesKeepTheBits) {
   const std::unique_ptr<Engine> engine = load();
   ASSERT_NE(engine->model().kmajor_packs(), nullptr);
   EXPECT_TRUE(engine->model().kmajor_packs()->holds_only_copies());
-  EXPECT_GT(engine->model().kmajor_packs()->count(), 4 * 9);  // q|kv, o, 8 + 1 experts' two per layer, the head
+  const ModelConfig& c = engine->config();  // per layer q|kv, o, each expert's gate|up and down; the tied head
+  EXPECT_EQ(engine->model().kmajor_packs()->count(), c.n_layers * (2 + 2 * (c.n_experts + c.n_shared_experts)) + 1);
   EXPECT_EQ(engine->model().Fingerprint(), rows->model().Fingerprint());
   const auto prefill_rows = [&](int64_t len) {
     SetKMajorPacksInUse(false);
