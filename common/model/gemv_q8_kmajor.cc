@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
 
 namespace pdserve {
 namespace {
 
-constexpr int64_t G = 32;                    // outputs per group (kKMajorGroup)
+constexpr int64_t G = kKMajorGroup;          // outputs per group, as the bf16 packs
 constexpr int64_t kScaleBytes = 2 * G;       // a block's 32 fp16 scales
 constexpr int64_t kQuadBytes = 4 * G;        // two 64-byte lines: outputs 0-15, 16-31
 constexpr int64_t kBlockBytes = kScaleBytes + 8 * kQuadBytes;  // 1088 = 32 × kQ8BlockBytes
@@ -148,7 +149,7 @@ void Block(int mr, int groups, PassArgs a) {
 
 }  // namespace
 
-int64_t Q8KMajorBytes(int64_t N, int64_t K) { return (N + G - 1) / G * (K / kQ8Block) * kBlockBytes; }
+int64_t Q8KMajorBytes(int64_t N, int64_t K) { return KMajorGroups(N) * (K / kQ8Block) * kBlockBytes; }
 
 void PackQ8KMajor(const uint8_t* W, int64_t N, int64_t K, int64_t g0, int64_t g1, uint8_t* out) {
   const int64_t nb = K / kQ8Block, gstride = nb * kBlockBytes;
@@ -186,7 +187,8 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
     bias[r] = -128 * s;
   }
   alignas(64) float out[kMaxRows * kBlockGroups * G];
-  PassArgs a{nullptr, nullptr, nullptr, K, nb, nullptr, nb * kBlockBytes, GemvPrefetchBytes(), out, 0};
+  const int64_t pf = GemvPrefetchBytes();
+  PassArgs a{nullptr, nullptr, nullptr, K, nb, nullptr, nb * kBlockBytes, pf, out, 0};
   for (int64_t gb = n0 / G; gb * G < n1; gb += kBlockGroups) {
     const int groups = static_cast<int>(std::min<int64_t>(kBlockGroups, (n1 - gb * G + G - 1) / G));
     const int64_t c0 = std::max(n0, gb * G), c1 = std::min(n1, (gb + groups) * G);
@@ -196,7 +198,7 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
       a.xs = xs + m0 * nb;
       a.bias = bias.data() + m0 * nb;
       a.P = P + gb * a.gstride;
-      a.pf = m0 == 0 ? GemvPrefetchBytes() : 0;  // the first rows stream the block from DRAM; the others find it in L2
+      a.pf = m0 == 0 ? pf : 0;  // the first rows stream the block from DRAM; the others find it in L2
       a.ldo = groups * G;
       Block(mr, groups, a);
       for (int i = 0; i < mr; ++i) {

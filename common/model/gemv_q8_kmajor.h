@@ -8,8 +8,9 @@
 //   DequantizeQ8KMajorRow  row n of W in fp32 from the pack (prefill's
 //                      GEMMs and the embedding, where the pack is the only copy)
 //
-// Layout: W's rows (the outputs) in groups of kKMajorGroup = 32, N padded
-// with zero rows to a multiple of 32. Group g holds, for each block b of 32
+// Layout: W's rows (the outputs) in groups of kKMajorGroup = 32
+// (gemv_kmajor.h: KMajorGroups(N) groups, as the bf16 packs), N padded with
+// zero rows to a multiple of 32. Group g holds, for each block b of 32
 // k in order, 1088 bytes (the 32 rows' Q8_0 blocks, 32 × 34 bytes):
 //   - the 32 fp16 scales d of W[32g + j] block b, j = 0..31 (64 bytes);
 //   - for each quad q = 0..7 of the block (k = 32b + 4q .. +3), two

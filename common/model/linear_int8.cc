@@ -187,7 +187,8 @@ at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel) {
   return at::linear(xf, wf);
 }
 
-at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids, const uint8_t* pack) {
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids) {
+  const uint8_t* pack = PackOf(embed);
   if (pack == nullptr) return DequantizeQ8(embed.index_select(0, ids));
   const at::Tensor ic = ids.to(at::kLong).contiguous();
   const int64_t N = ic.numel(), D = KOf(embed);

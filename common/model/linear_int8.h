@@ -56,7 +56,7 @@ bool Q8PacksKMajor();
 at::Tensor LinearQ8(const at::Tensor& x, const at::Tensor& w, Q8Kernel kernel = Q8Kernel::kDefault);
 
 // Rows `ids` of a Q8_0 embedding [V, Q8RowBytes(D)], as fp32 [N, D]; from
-// `pack`, its k-major pack (gemv_q8_kmajor.h), where not null.
-at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids, const uint8_t* pack = nullptr);
+// its k-major pack where one is in scope, as LinearQ8 reads it.
+at::Tensor EmbedRowsQ8(const at::Tensor& embed, const at::Tensor& ids);
 
 }  // namespace pdserve

@@ -16,7 +16,6 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_matrix.h"
-#include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/kmajor_packs.h"
@@ -146,7 +145,7 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
   w_.embed = place(w_.embed);
   w_.head = place(w_.head);
   if (PackF32Weights()) PackLayerWeights();
-  if ((PacksKMajor(GetBf16Matmul()) && GemvAvailable()) || Q8PacksKMajor()) PackKMajor();
+  PackKMajor();
   ReleaseFreedHeap();
 }
 
@@ -202,11 +201,12 @@ void Transformer::PackLayerWeights() {
 void Transformer::PackKMajor() {
   auto packs = std::make_shared<KMajorPacks>();
   // Its own arena: the row-major matrices' chunks are unmapped once taken.
-  HugePageArena arena;
-  const bool keep = KMajorKeepsRowMajor();
   // Every matrix decode reads: bf16 ones under --bf16-matmul kmajor or dot,
   // int8 ones where Q8PacksKMajor() (f32 weights take nothing).
   const bool bf16 = PacksKMajor(GetBf16Matmul()) && GemvAvailable(), q8 = Q8PacksKMajor();
+  if (!bf16 && !q8) return;
+  HugePageArena arena;
+  const bool keep = KMajorKeepsRowMajor();
   const auto pack = [&](at::Tensor* w) {
     if (!(w->scalar_type() == at::kBFloat16 ? bf16 : IsQ8(*w) && q8)) return false;
     if (keep) return packs->Add(*w, &arena);
@@ -235,12 +235,8 @@ void Transformer::PackKMajor() {
 std::string Transformer::Fingerprint() const { return fingerprint_.empty() ? ModelFingerprint(w_) : fingerprint_; }
 
 at::Tensor Transformer::Embed(const at::Tensor& ids) const {
-  const int64_t V = w_.embed.size(0);
-  if (IsQ8(w_.embed)) {
-    const int64_t D = w_.embed.size(1) / kQ8BlockBytes * kQ8Block;
-    return EmbedRowsQ8(w_.embed, ids, kmajor_ != nullptr ? kmajor_->FindQ8(w_.embed.data_ptr(), V, D) : nullptr);
-  }
-  const int64_t D = w_.embed.size(1);
+  if (IsQ8(w_.embed)) return EmbedRowsQ8(w_.embed, ids);
+  const int64_t V = w_.embed.size(0), D = w_.embed.size(1);
   // Gathered from the pack where there is one (the same values as the
   // matrix's, which a stand-in no longer holds).
   const uint16_t* pack = kmajor_ != nullptr ? kmajor_->Find(w_.embed.data_ptr(), V, D) : nullptr;

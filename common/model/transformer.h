@@ -81,8 +81,9 @@ class Transformer {
                                          const ForwardOptions& options) const;
   at::Tensor Moe(int64_t layer, const at::Tensor& h) const;
   void PackLayerWeights();
-  // Under --bf16-matmul kmajor or dot: the k-major packs, taking the place of the
-  // row-major matrices unless KMajorKeepsRowMajor() (kmajor_packs.h).
+  // Under --bf16-matmul kmajor or dot (bf16 matrices) or where Q8PacksKMajor()
+  // (int8 ones): the k-major packs, taking the place of the row-major matrices
+  // unless KMajorKeepsRowMajor() (kmajor_packs.h); nothing otherwise.
   void PackKMajor();
   // Layer l's q, kv, gate, up and shared gate/up as views of its fused tensors.
   void BindFusedViews(size_t l);
