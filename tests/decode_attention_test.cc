@@ -1,7 +1,8 @@
 // The split-K decode attention kernel (common/model/decode_attention.h)
 // against a plain double-precision reference, for fp32 and bf16 K/V, at
-// lengths around the split size; and its AVX-512 build against the AVX2
-// baseline where the CPU has AVX-512.
+// lengths around the split size (bf16 rows of d = 32, 48, 64 and 96 read in
+// pairs, d = 44 widened one vector at a time); and its AVX-512 build against
+// the AVX2 baseline where the CPU has AVX-512.
 #include "common/model/decode_attention.h"
 
 #include <gtest/gtest.h>
@@ -176,6 +177,25 @@ TEST(DecodeAttentionTest, SplitPartialHoldsMaxSumAndWeightedValues) {
     EXPECT_NEAR(p[0], m, 1e-5);
     EXPECT_NEAR(p[1], sum, 1e-5 * sum);
     EXPECT_NEAR(p[2], v0, 1e-5 * sum);
+  }
+}
+
+// Prefetching the next split's rows (a caller that runs it next) changes no bit of a split's partial,
+// whether the next split is whole, ragged, or absent.
+TEST(DecodeAttentionTest, PrefetchNextChangesNoBits) {
+  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  for (DecodeAttnIsa isa : {DecodeAttnIsa::kAvx2, DecodeAttnIsa::kAvx512}) {
+    if (!DecodeAttnIsaAvailable(isa)) continue;
+    for (bool bf16 : {false, true}) {
+      const Case c({8, 4, 96, bf16}, 2 * kDecodeSplitRows + 37, 5);
+      std::vector<float> scratch(DecodeAttnScratchFloats(c.shape));
+      for (int64_t split = 0; split < DecodeAttnSplits(c.rows); ++split) {
+        std::vector<float> plain(DecodeAttnPartialFloats(c.shape)), prefetched(plain.size());
+        DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), plain.data(), isa, false);
+        DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), prefetched.data(), isa, true);
+        EXPECT_EQ(plain, prefetched) << DecodeAttnIsaName(isa) << (bf16 ? " bf16" : " f32") << " split " << split;
+      }
+    }
   }
 }
 

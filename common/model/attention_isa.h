@@ -3,7 +3,8 @@
 // its ISA whatever the including file's flags:
 //   - attention_isa::avx2::Vec (8 fp32 lanes, 16 registers; AVX2 + FMA);
 //   - attention_isa::avx512::Vec (16 lanes, 32 registers; AVX-512F);
-// with Zero, Set1, Load(float*), Load(uint16_t* bf16), Fma, Add, Sub, Mul,
+// with Zero, Set1, Load(float*), Load(uint16_t* bf16), LoadPairs (bf16 as
+// even and odd lanes), StorePairs, Fma, Add, Sub, Mul,
 // Max, Round, Pow2, Store, Sum, Sum4, MaxLanes, and each namespace's
 // Exp(VecT) (attention_exp.inc). Call them only after the CPU check
 // (DecodeAttnIsaAvailable).
@@ -31,6 +32,19 @@ struct Vec {
   static __m256 Set1(float x) { return _mm256_set1_ps(x); }
   template <typename T>
   static __m256 Load(const T* p) { return ::pdserve::avx2::Load8(p); }
+  // 2 * kWidth bf16 values: *even = p[0, 2, ..], *odd = p[1, 3, ..], exactly
+  // (one load and two logic ops, no cross-lane widening).
+  static void LoadPairs(const uint16_t* p, __m256* even, __m256* odd) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  // p[2i] = even[i], p[2i + 1] = odd[i]: LoadPairs' order undone.
+  static void StorePairs(float* p, __m256 even, __m256 odd) {
+    const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+    _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
   static __m256 Fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
   static __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
   static void Store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
@@ -72,6 +86,17 @@ struct Vec {
   static __m512 Set1(float x) { return _mm512_set1_ps(x); }
   static __m512 Load(const float* p) { return _mm512_loadu_ps(p); }
   static __m512 Load(const uint16_t* p) { return ::pdserve::avx512::Load16(p); }
+  static void LoadPairs(const uint16_t* p, __m512* even, __m512* odd) {
+    const __m512i x = _mm512_loadu_si512(p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  static void StorePairs(float* p, __m512 even, __m512 odd) {
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    _mm512_storeu_ps(p, _mm512_permutex2var_ps(even, lo, odd));
+    _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(even, hi, odd));
+  }
   static __m512 Fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
   static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
   static void Store(float* p, __m512 x) { _mm512_storeu_ps(p, x); }

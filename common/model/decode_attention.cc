@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/model/attention_isa.h"
 #include "common/model/avx2_util.h"
@@ -38,11 +39,11 @@ DecodeAttnIsa DecodeAttnDefaultIsa() {
 const char* DecodeAttnIsaName(DecodeAttnIsa isa) { return isa == DecodeAttnIsa::kAvx512 ? "avx512" : "avx2"; }
 
 void DecodeAttentionSplit(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, int64_t split,
-                          float* scratch, float* partial, DecodeAttnIsa isa) {
+                          float* scratch, float* partial, DecodeAttnIsa isa, bool prefetch_next) {
   if (isa == DecodeAttnIsa::kAvx512) {
-    isa_avx512::SplitAny(q, rows, shape, split, scratch, partial);
+    isa_avx512::SplitAny(q, rows, shape, split, scratch, partial, prefetch_next);
   } else {
-    isa_avx2::SplitAny(q, rows, shape, split, scratch, partial);
+    isa_avx2::SplitAny(q, rows, shape, split, scratch, partial, prefetch_next);
   }
 }
 
@@ -71,7 +72,7 @@ void DecodeAttention(const float* q, const DecodeAttnRows& rows, const DecodeAtt
                      float* scratch, float* out, DecodeAttnIsa isa) {
   const int64_t n = DecodeAttnSplits(rows.rows), pf = DecodeAttnPartialFloats(shape);
   float* partials = scratch + DecodeAttnScratchFloats(shape);
-  for (int64_t c = 0; c < n; ++c) DecodeAttentionSplit(q, rows, shape, c, scratch, partials + c * pf, isa);
+  for (int64_t c = 0; c < n; ++c) DecodeAttentionSplit(q, rows, shape, c, scratch, partials + c * pf, isa, c + 1 < n);
   DecodeAttentionMerge(partials, n, shape, sinks, out);
 }
 

@@ -55,15 +55,22 @@ inline int64_t DecodeAttnSplits(int64_t rows) { return (rows + kDecodeSplitRows 
 
 // Floats one (sequence, split) partial takes: H * (d + 2).
 inline int64_t DecodeAttnPartialFloats(const DecodeAttnShape& s) { return s.n_heads * (s.head_dim + 2); }
-// Floats of scratch a split needs: H * kDecodeSplitRows.
-inline int64_t DecodeAttnScratchFloats(const DecodeAttnShape& s) { return s.n_heads * kDecodeSplitRows; }
+// Floats of scratch a split needs: H * (kDecodeSplitRows + d) (scores, and
+// the query reordered for bf16 rows).
+inline int64_t DecodeAttnScratchFloats(const DecodeAttnShape& s) {
+  return s.n_heads * (kDecodeSplitRows + s.head_dim);
+}
 
 // Rows [split * kDecodeSplitRows, +kDecodeSplitRows) of one sequence, all
 // heads (each K/V row is read whole, in order). q: [H, d] fp32. partial: per
 // query head h, [max_j s_j, sum_j exp(s_j - max), sum_j exp(s_j - max) v_j (d)],
 // s_j = q_h . k_j / sqrt(d), k_j and v_j of KV head h / (H / K).
+// prefetch_next: the caller runs split + 1 of these rows next, on this
+// thread; its K rows are then prefetched into L2 while this split computes
+// its weighted values (the result is the same either way).
 void DecodeAttentionSplit(const float* q, const DecodeAttnRows& rows, const DecodeAttnShape& shape, int64_t split,
-                          float* scratch, float* partial, DecodeAttnIsa isa = DecodeAttnDefaultIsa());
+                          float* scratch, float* partial, DecodeAttnIsa isa = DecodeAttnDefaultIsa(),
+                          bool prefetch_next = false);
 
 // out[h * d + i] from `n_splits` partials of one sequence (consecutive,
 // DecodeAttnPartialFloats apart), merged in split order: the softmax over
