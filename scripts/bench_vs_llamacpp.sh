@@ -283,9 +283,11 @@ run_int8_rows() {
     llama_batched "$r" decode_b16_q8 q8_0 tg 32 32 16
   fi
   if pd_int8_supported; then
-    pd_decode "$r" decode_d32_q8 int8 32 64
-    pd_step "$r" decode_b16_q8 int8 16
-    # The int8-dot kernel (x rounded to int8 per block, as llama.cpp's Q8_0 does; opt-in).
+    # The FMA kernel (x stays fp32; the default where the CPU lacks AVX-512 VNNI).
+    PDSERVE_Q8_KERNEL=fma PD_TOOL_SUFFIX=" fma" pd_decode "$r" decode_d32_q8 int8 32 64
+    PDSERVE_Q8_KERNEL=fma PD_TOOL_SUFFIX=" fma" pd_step "$r" decode_b16_q8 int8 16
+    # The int8-dot kernel (x rounded to int8 per block, as llama.cpp's Q8_0 does; the default
+    # where the CPU has AVX-512 VNNI).
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_q8 int8 32 64
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_b16_q8 int8 16
     # Prefill under the dot kernel: where the CPU has AVX-512 VNNI, from the k-major packs

@@ -6,8 +6,9 @@
 #   defaults: models/passkey-4l build/passkey-int8 512,2048,4096 20 start,middle,end
 #   A variant is a weights dtype with an optional kernel choice: for bf16 a
 #   --bf16-matmul value (VARIANTS="bf16 bf16:dot" compares exact bf16 with
-#   bf16 activations), for int8 a PDSERVE_Q8_KERNEL value ("int8:dot" is
-#   the kernel that quantizes x too).
+#   bf16 activations), for int8 a --q8-kernel value ("int8:dot" is the
+#   kernel that quantizes x too, "int8:fma" the one that keeps x fp32; plain
+#   "int8" takes auto: dot where the CPU has AVX-512 VNNI, else fma).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/passkey-4l}
@@ -22,12 +23,12 @@ PORT=${PDSERVE_PORT_BASE:-$((43000 + $$ % 8000))}
 export OMP_WAIT_POLICY=PASSIVE
 for variant in ${VARIANTS:-bf16 int8}; do
   dtype=${variant%%:*}
-  matmul=auto q8=
+  matmul=auto q8=auto
   [[ $variant == *:* ]] && matmul=${variant#*:}
   [[ $dtype == int8 && $matmul != auto ]] && q8=$matmul matmul=auto
   tag=${variant/:/-}
-  bench_spawn env PDSERVE_Q8_KERNEL="$q8" "$B/local/pdserve-local" --model "$MODEL" --port "$PORT" --weights-dtype "$dtype" --metrics-port -1 \
-    --bf16-matmul "$matmul" --http-listen= >"$OUT/local_$tag.log" 2>&1
+  bench_spawn "$B/local/pdserve-local" --model "$MODEL" --port "$PORT" --weights-dtype "$dtype" --metrics-port -1 \
+    --bf16-matmul "$matmul" --q8-kernel "$q8" --http-listen= >"$OUT/local_$tag.log" 2>&1
   bench_await "$OUT/local_$tag.log" "router on"
   for pos in ${POSITIONS//,/ }; do
     echo "== $variant $pos"

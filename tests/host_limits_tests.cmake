@@ -3,6 +3,7 @@
 pdserve_test(omp_env_test)
 pdserve_test(cpu_features_test)
 pdserve_test(memory_estimate_test TORCH)
+set_tests_properties(memory_estimate_test PROPERTIES ENVIRONMENT "PDSERVE_Q8_KERNEL=fma")  # int8 rows; packs below
 # The int8 case with k-major packs (PDSERVE_Q8_KERNEL is read once per process).
 add_test(NAME memory_estimate_q8kmajor_test COMMAND memory_estimate_test --gtest_filter=*Int8*)
 set_tests_properties(memory_estimate_q8kmajor_test PROPERTIES LABELS unit TIMEOUT 600 SKIP_RETURN_CODE 77

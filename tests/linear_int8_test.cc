@@ -74,16 +74,43 @@ TEST(Q8Test, LinearMatchesDequantizedReferenceForEveryBatchSize) {
   }
 }
 
-// kDefault: the FMA kernel unless PDSERVE_Q8_KERNEL=dot.
-TEST(Q8Test, DefaultKernelIsFmaUnlessDotIsAskedFor) {
+// kDefault: PDSERVE_Q8_KERNEL's kernel when it names one (plain
+// linear_int8_test runs under fma, linear_int8_q8dot_test under dot), else
+// auto's: dot where the dot kernel runs its AVX-512 VNNI build
+// (linear_int8_auto_test). SetQ8Kernel overrides both, and auto restores them.
+TEST(Q8Test, DefaultKernelIsTheNamedOneElseDotWhereVnni) {
   at::manual_seed(5);
   const at::Tensor q = QuantizeQ8(at::randn({40, 96}));
   const at::Tensor x = at::randn({3, 96});
   const char* env = std::getenv("PDSERVE_Q8_KERNEL");
-  const bool dot = env != nullptr && std::string(env) == "dot";
-  std::printf("default int8 kernel here: %s (dot build %s)\n", dot ? "dot" : "fma", GemvIsaName(GemvQ8DotIsa()));
+  const std::string named = env == nullptr ? "auto" : env;
+  const bool dot = named == "dot" || (named != "fma" && GemvQ8DotIsa() == GemvIsa::kAvx512);
+  std::printf("PDSERVE_Q8_KERNEL=%s: default int8 kernel here %s (dot build %s)\n", named.c_str(),
+              dot ? "dot" : "fma", GemvIsaName(GemvQ8DotIsa()));
+  EXPECT_EQ(Q8KernelIsDot(), dot);
   EXPECT_TRUE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kDot : Q8Kernel::kFma)));
   EXPECT_FALSE(at::equal(LinearQ8(x, q), LinearQ8(x, q, dot ? Q8Kernel::kFma : Q8Kernel::kDot)));
+  for (Q8Kernel set : {Q8Kernel::kFma, Q8Kernel::kDot}) {
+    SetQ8Kernel(set);
+    EXPECT_EQ(Q8KernelIsDot(), set == Q8Kernel::kDot) << Q8KernelName(set);
+    EXPECT_TRUE(at::equal(LinearQ8(x, q), LinearQ8(x, q, set))) << Q8KernelName(set);
+  }
+  SetQ8Kernel(Q8Kernel::kDefault);
+  EXPECT_EQ(Q8KernelIsDot(), dot);
+}
+
+TEST(Q8Test, ParseQ8KernelTakesAutoDotFma) {
+  for (Q8Kernel k : {Q8Kernel::kDefault, Q8Kernel::kDot, Q8Kernel::kFma}) {
+    const absl::StatusOr<Q8Kernel> parsed = ParseQ8Kernel(Q8KernelName(k));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, k);
+  }
+  for (const char* bad : {"", "DOT", "vnni", "dot "}) {
+    const absl::StatusOr<Q8Kernel> parsed = ParseQ8Kernel(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("want auto, dot or fma"), std::string::npos) << parsed.status();
+  }
 }
 
 TEST(Q8Test, FmaKernelMatchesDequantizedReferenceTightly) {

@@ -11,14 +11,19 @@
 #include "common/model/bf16_matmul.h"
 #include "common/model/fingerprint.h"
 #include "common/model/gemm_dnnl.h"
+#include "common/model/linear_int8.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
-ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load; "
-          "x W^T with x in fp32, or with PDSERVE_Q8_KERNEL=dot x quantized per block of 32 as llama.cpp's Q8_0 "
-          "does, and then on AVX-512 VNNI CPUs the weights packed k-major at load in place of their rows, the "
-          "same memory, for one vpdpbusd kernel in prefill and decode; PDSERVE_Q8_KMAJOR=0 keeps the rows).");
+ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, "
+          "quantized at load; the kernel: --q8-kernel).");
+ABSL_FLAG(std::string, q8_kernel, "auto",
+          "Kernel of int8 weights: dot (x quantized per block of 32 too, as llama.cpp's Q8_0 does; on AVX-512 "
+          "VNNI CPUs the weights are packed k-major at load in place of their rows, the same memory, for one "
+          "vpdpbusd kernel in prefill and decode; PDSERVE_Q8_KMAJOR=0 keeps the rows), fma (x stays fp32: only "
+          "the weights are rounded; the smaller error, slower from 4 sequences up) or auto (dot where the CPU "
+          "has AVX-512 VNNI, else fma).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, pdserve::EngineOptions{}.num_threads,
           "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
@@ -78,6 +83,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
                         absl::StrCat("--bf16-matmul=", bf16_matmul, ": ", bm.status().message()));
   }
   RETURN_IF_ERROR(SetBf16Matmul(*bm));
+  const std::string q8_kernel = absl::GetFlag(FLAGS_q8_kernel);
+  auto qk = ParseQ8Kernel(q8_kernel);
+  if (!qk.ok()) return absl::InvalidArgumentError(absl::StrCat("--q8-kernel=", q8_kernel, ": ", qk.status().message()));
+  SetQ8Kernel(*qk);
   SetPackF32Weights(absl::GetFlag(FLAGS_f32_packed_weights));
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", options.num_threads, ": must be >= 0"));

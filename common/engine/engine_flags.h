@@ -1,6 +1,7 @@
 // The engine flags, declared once for every binary that loads a model
 // (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk,
 // --bf16-matmul, which sets the process-wide path of common/model/bf16_matmul.h,
+// --q8-kernel, the process-wide int8 kernel of common/model/linear_int8.h,
 // --f32-packed-weights, the process-wide PackF32Weights of gemm_dnnl.h):
 //   EngineFlagsFromCommandLine  validates them into EngineOptions (no loading)
 //   EngineOptionsFromCommandLine  the same, without --model
@@ -25,6 +26,7 @@ ABSL_DECLARE_FLAG(std::string, kv_dtype);
 ABSL_DECLARE_FLAG(int, threads);
 ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
 ABSL_DECLARE_FLAG(std::string, bf16_matmul);
+ABSL_DECLARE_FLAG(std::string, q8_kernel);
 ABSL_DECLARE_FLAG(bool, f32_packed_weights);
 
 namespace pdserve {

@@ -4,11 +4,13 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_kmajor.h"
 #include "common/model/gemv_q8.h"
@@ -65,16 +67,25 @@ const uint8_t* PackOf(const at::Tensor& w) {
   return packs != nullptr && w.dim() == 2 ? packs->FindQ8(w.data_ptr(), w.size(0), KOf(w)) : nullptr;
 }
 
-// kDefault's kernel: the dot one when PDSERVE_Q8_KERNEL=dot (on AVX-512
-// VNNI CPUs its fast build, GemvQ8DotIsa), else FMA: the dot kernel's
-// activation rounding misses the quality bar (docs/benchmarks.md, "AVX-512
-// VNNI int8 decode kernel"); read once.
-bool DefaultIsDot() {
-  static const bool dot = [] {
+// The kernel PDSERVE_Q8_KERNEL names (read once), else auto's: the dot
+// kernel where it runs its AVX-512 VNNI build (with k-major packs), FMA
+// elsewhere.
+Q8Kernel EnvOrAutoQ8Kernel() {
+  static const Q8Kernel kernel = [] {
     const char* v = std::getenv("PDSERVE_Q8_KERNEL");
-    return v != nullptr && std::string(v) == "dot";
+    const absl::StatusOr<Q8Kernel> named = ParseQ8Kernel(v == nullptr ? "auto" : v);
+    if (named.ok() && *named != Q8Kernel::kDefault) return *named;
+    return GemvQ8DotIsa() == GemvIsa::kAvx512 ? Q8Kernel::kDot : Q8Kernel::kFma;
   }();
-  return dot;
+  return kernel;
+}
+
+// SetQ8Kernel's choice; kDefault until set (or set to auto).
+std::atomic<Q8Kernel> g_q8_kernel{Q8Kernel::kDefault};
+
+bool DefaultIsDot() {
+  const Q8Kernel set = g_q8_kernel.load();
+  return (set == Q8Kernel::kDefault ? EnvOrAutoQ8Kernel() : set) == Q8Kernel::kDot;
 }
 
 bool UsesDot(Q8Kernel kernel) { return kernel == Q8Kernel::kDot || (kernel == Q8Kernel::kDefault && DefaultIsDot()); }
@@ -126,14 +137,32 @@ at::Tensor GemvLinear(const at::Tensor& x, const at::Tensor& w, const uint8_t* p
 
 bool IsQ8(const at::Tensor& w) { return w.defined() && w.scalar_type() == at::kChar; }
 
+absl::StatusOr<Q8Kernel> ParseQ8Kernel(const std::string& name) {
+  if (name == "auto") return Q8Kernel::kDefault;
+  if (name == "dot") return Q8Kernel::kDot;
+  if (name == "fma") return Q8Kernel::kFma;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown int8 kernel \"", name.substr(0, 32), "\" (want auto, dot or fma)"));
+}
+
+const char* Q8KernelName(Q8Kernel kernel) {
+  switch (kernel) {
+    case Q8Kernel::kDot: return "dot";
+    case Q8Kernel::kFma: return "fma";
+    default: return "auto";
+  }
+}
+
+void SetQ8Kernel(Q8Kernel kernel) { g_q8_kernel.store(kernel); }
+
 bool Q8KernelIsDot(Q8Kernel kernel) { return UsesDot(kernel); }
 
 bool Q8PacksKMajor() {
-  static const bool on = [] {
+  static const bool allowed = [] {
     const char* v = std::getenv("PDSERVE_Q8_KMAJOR");
-    return DefaultIsDot() && GemvQ8DotIsa() == GemvIsa::kAvx512 && !(v != nullptr && std::string(v) == "0");
+    return GemvQ8DotIsa() == GemvIsa::kAvx512 && !(v != nullptr && std::string(v) == "0");
   }();
-  return on;
+  return allowed && DefaultIsDot();
 }
 
 bool Q8Quantizable(int64_t K) { return K > 0 && K % kQ8Block == 0; }

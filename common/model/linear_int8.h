@@ -8,8 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
 
 namespace pdserve {
 
@@ -27,15 +30,25 @@ at::Tensor QuantizeQ8(const at::Tensor& w);
 // The fp32 values d * q of a Q8_0 tensor, shape [..., K].
 at::Tensor DequantizeQ8(const at::Tensor& q);
 
-// The decode kernel of LinearQ8 (gemv_q8.h): kFma (x stays fp32: only the
-// weights are quantized) or kDot (x quantized per block of 32 too, as
-// llama.cpp's Q8_0 x Q8_0; prefill then rounds x the same way, so decode and
-// prefill agree with either). kDefault: kFma, or kDot when
-// PDSERVE_Q8_KERNEL=dot (read once; 1.8-2.2x faster at batch 1 on AVX-512
-// VNNI CPUs, but it adds x's rounding error); measured in docs/benchmarks.md,
-// "int8 weights" and "AVX-512 VNNI int8 decode kernel".
+// The kernel of LinearQ8 (gemv_q8.h, gemv_q8_kmajor.h): kFma (x stays fp32:
+// only the weights are quantized) or kDot (x quantized per block of 32 too,
+// as llama.cpp's Q8_0 x Q8_0; prefill then rounds x the same way, so decode
+// and prefill agree with either). kDefault is the process-wide choice
+// (SetQ8Kernel, --q8-kernel), else PDSERVE_Q8_KERNEL=dot|fma (read once),
+// else auto: kDot where the dot kernel runs its AVX-512 VNNI build
+// (GemvQ8DotIsa; 2.7-2.9x llama.cpp's Q8_0 at 16 sequences from k-major
+// packs, where FMA reaches 1.2-1.4x), kFma elsewhere (AVX2's dot kernel
+// does not win). Measured in docs/benchmarks.md, "int8 weights", "AVX-512
+// VNNI int8 decode kernel", "int8 k-major packs" and "The dot kernel as the
+// int8 default".
 enum class Q8Kernel { kDefault, kDot, kFma };
-// Whether `kernel` is the dot kernel (kDefault: PDSERVE_Q8_KERNEL=dot).
+// "auto" (kDefault), "dot" or "fma"; InvalidArgument otherwise.
+absl::StatusOr<Q8Kernel> ParseQ8Kernel(const std::string& name);
+const char* Q8KernelName(Q8Kernel kernel);
+// Sets what kDefault means from now on (kDefault: auto). Call before a
+// model loads: its k-major packs follow (Q8PacksKMajor).
+void SetQ8Kernel(Q8Kernel kernel);
+// Whether `kernel` is the dot kernel (kDefault resolved as above).
 bool Q8KernelIsDot(Q8Kernel kernel = Q8Kernel::kDefault);
 
 // Whether a model loaded now packs its Q8_0 matrices k-major in place of

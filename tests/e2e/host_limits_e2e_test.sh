@@ -4,7 +4,8 @@
 # and process name), the user's setting and the opt-out win; OpenBLAS runs
 # kernels as wide as the CPU (OPENBLAS_CORETYPE set the same way); a memory limit
 # the estimate exceeds, a PDSERVE_ISA the CPU lacks, and --bf16-matmul dot
-# without AVX512-BF16, are one clear error at start with exit status != 0.
+# without AVX512-BF16, are one clear error at start with exit status != 0;
+# int8's kernel follows --q8-kernel (auto: dot where AVX-512 VNNI, else fma).
 set -euo pipefail
 BUILD=$1
 SRC=$2
@@ -125,4 +126,22 @@ else
   err_has "cannot run the bf16 dot kernel"
   echo "this CPU lacks avx512_bf16: dot refused at start"
 fi
+echo "--- int8: --q8-kernel auto takes dot (k-major packs) where the CPU has AVX-512 VNNI, else fma; a named kernel wins"
+vnni=1
+for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni; do grep -qw "$f" /proc/cpuinfo || vnni=0; done
+gen --weights-dtype int8 >"$TMP/q8" 2>"$TMP/err" || fail "int8: $(cat "$TMP/err")"
+grep -q '"token_ids"' "$TMP/q8" || fail "no tokens: $(cat "$TMP/q8")"
+if [ $vnni = 1 ]; then
+  err_has "(int8 kernel dot, k-major packs)"
+  echo "this CPU has AVX-512 VNNI: auto is dot"
+else
+  err_has "(int8 kernel fma)"
+  echo "this CPU lacks AVX-512 VNNI: auto is fma"
+fi
+PDSERVE_ISA=avx2 gen --weights-dtype int8 >/dev/null 2>"$TMP/err"; err_has "(int8 kernel fma)"
+gen --weights-dtype int8 --q8-kernel fma >/dev/null 2>"$TMP/err"; err_has "(int8 kernel fma)"
+PDSERVE_Q8_KERNEL=fma gen --weights-dtype int8 >/dev/null 2>"$TMP/err"; err_has "(int8 kernel fma)"
+gen --weights-dtype int8 --q8-kernel dot >/dev/null 2>"$TMP/err"; err_has "(int8 kernel dot"
+if gen --weights-dtype int8 --q8-kernel vnni >/dev/null 2>"$TMP/err"; then fail "--q8-kernel vnni was accepted"; fi
+err_has '--q8-kernel=vnni: unknown int8 kernel "vnni" (want auto, dot or fma)'
 echo PASS
