@@ -474,8 +474,8 @@ struct Floor {
     }
     return rows * c.KvBytesPerTokenPerLayer(kv_elem);
   }
-  // ms of one decode step at `pos` with weights of `weight_elem` bytes.
-  double Ms(int64_t pos, int64_t weight_elem) const {
+  // ms of one decode step at `pos` with weights of `weight_elem` bytes each.
+  double Ms(int64_t pos, double weight_elem) const {
     return static_cast<double>(c.ActiveParams() * weight_elem + KvReadBytes(pos)) / (bw_gbs * 1e9) * 1e3;
   }
 };
@@ -717,7 +717,9 @@ void WriteCsv(const std::string& csv, const std::vector<Row>& rows) {
 
 // tok/s, ms/token and the floor for every --new-tokens count.
 void PrintCachedTable(const Options& o, const CachedRun& run, const Floor& floor) {
-  const int64_t my_elem = o.wd == "bf16" ? 2 : 4;
+  // Bytes per weight: int8 is Q8_0, 34 bytes per 32 (the scales included).
+  const double my_elem = o.wd == "bf16" ? 2.0 : o.wd == "int8" ? 34.0 / 32.0 : 4.0;
+  const double other_elem = o.wd == "f32" ? 2.0 : 4.0;
   std::printf("\nprefill of %lld tokens: %.1f ms\n", static_cast<long long>(o.prompt_len), run.prefill_ms);
   std::printf("\ncached decode (batch 1, greedy; tok/s = N / wall of N steps, each = sampling + DecodeStep):\n");
   std::printf("  %8s %9s %12s %12s %12s %13s %9s\n", "N", "tok/s", "mean ms/tok", "median ms", "floor ms",
@@ -728,17 +730,16 @@ void PrintCachedTable(const Options& o, const CachedRun& run, const Floor& floor
     for (int64_t i = 0; i < N; ++i) {
       loop_sum += run.loop_ms[i];
       floor_sum += floor.Ms(o.prompt_len + i, my_elem);
-      floor_other += floor.Ms(o.prompt_len + i, my_elem == 4 ? 2 : 4);
+      floor_other += floor.Ms(o.prompt_len + i, other_elem);
     }
     const double mean = loop_sum / N;
     std::printf("  %8lld %9.2f %12.2f %12.2f %12.2f %13.2f %8.2fx\n", static_cast<long long>(N), 1e3 * N / loop_sum,
                 mean, Median(steps), floor_sum / N, floor_other / N, mean / (floor_sum / N));
   }
   std::printf(
-      "  floor ms = (ActiveParams x %lld B + KV rows read x %lld B) / %.2f GB/s (this run's weights %s);\n"
+      "  floor ms = (ActiveParams x %.4g B + KV rows read x %lld B) / %.2f GB/s (this run's weights %s);\n"
       "  other floor = the same with %s weights. x floor = mean ms/tok / floor ms.\n",
-      static_cast<long long>(my_elem), static_cast<long long>(floor.kv_elem), floor.bw_gbs, o.wd.c_str(),
-      my_elem == 4 ? "bf16" : "fp32");
+      my_elem, static_cast<long long>(floor.kv_elem), floor.bw_gbs, o.wd.c_str(), other_elem == 2.0 ? "bf16" : "fp32");
 }
 
 // One row of ms per token at a few positions: the median of the (up to) 9
