@@ -16,8 +16,9 @@
 #include "common/util/status_macros.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
-ABSL_FLAG(std::string, weights_dtype, "f32", "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, "
-          "quantized at load; the kernel: --q8-kernel).");
+ABSL_FLAG(std::string, weights_dtype, "f32",
+          "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load; "
+          "the kernel: --q8-kernel).");
 ABSL_FLAG(std::string, q8_kernel, "auto",
           "Kernel of int8 weights: dot (x quantized per block of 32 too, as llama.cpp's Q8_0 does; on AVX-512 "
           "VNNI CPUs the weights are packed k-major at load in place of their rows, the same memory, for one "
