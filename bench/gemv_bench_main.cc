@@ -20,7 +20,7 @@
 // quantized per call with QuantizeRowsQ8, then GemvQ8Dot: AVX2, and the
 // AVX-512 VNNI build where the CPU has it); i8kmdot: x quantized the same
 // way, then GemvQ8KMajorDot on the k-major int8 pack (gemv_q8_kmajor.h),
-// every row of x in one call (AVX-512 VNNI only). Prints per (shape, dtype, rows,
+// every row of x in one call (AVX2, and AVX-512 VNNI). Prints per (shape, dtype, rows,
 // isa) the best and worst round: ms per call, GB/s of weights read (wall
 // time) and CPU ms per call.
 #include <time.h>
@@ -84,7 +84,7 @@ Sample TimeQ8(const Shape& s, int64_t M, bool dot, bool kmajor, GemvIsa isa, con
     const uint8_t* w = reinterpret_cast<const uint8_t*>(pool.data() + (c % copies) * bytes);
     if (dot) QuantizeRowsQ8(x.data(), M, s.K, xq.data(), xs.data());
     if (kmajor) {
-      GemvQ8KMajorDot(xq.data(), xs.data(), M, s.K, w, s.N, 0, s.N, y.data(), s.N);
+      GemvQ8KMajorDot(xq.data(), xs.data(), M, s.K, w, s.N, 0, s.N, y.data(), s.N, isa);
       continue;
     }
     Schedule(M, s.N, Q8RowBytes(s.K), [&](int64_t m, int64_t rows, int64_t n0, int64_t n1) {
@@ -194,13 +194,11 @@ int Main(int argc, char** argv) {
     for (const char* dtype : {"f32", "bf16", "bf16km", "bf16kmdot", "bf16dot", "i8fma", "i8dot", "i8kmdot"}) {
       const bool bf16 = dtype[0] == 'b', q8 = dtype[0] == 'i';
       const bool kmajor = std::strncmp(dtype, "bf16km", 6) == 0 || std::strcmp(dtype, "i8kmdot") == 0;
-      if (q8 && kmajor && !GemvQ8VnniAvailable()) continue;
       const bool dot = std::strstr(dtype, "dot") != nullptr;
       if (dot && !q8 && !GemvBf16DotAvailable()) continue;
       // i8fma: one build (gemv_q8.h, AVX2), listed once; bf16dot: AVX-512 only.
-      // i8kmdot: AVX-512 VNNI only.
-      const std::vector<GemvIsa>& dtype_isas = q8 ? (kmajor ? std::vector<GemvIsa>{GemvIsa::kAvx512}
-                                                    : dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})
+      // i8dot, i8kmdot: AVX2, and AVX-512 VNNI where the CPU has it.
+      const std::vector<GemvIsa>& dtype_isas = q8 ? (dot ? dot_isas : std::vector<GemvIsa>{GemvIsa::kAvx2})
                                                : (dot ? std::vector<GemvIsa>{GemvIsa::kAvx512} : isas);
       for (int64_t M : row_counts) {
         std::vector<std::vector<Sample>> got(dtype_isas.size());

@@ -389,7 +389,7 @@ TEST(EngineInt8KMajorTest, PacksReplaceTheRowsAndBatchesKeepTheBits) {
     return;
   }
   if (!Q8PacksKMajor()) {
-    GTEST_SKIP() << "no int8 packs: this CPU lacks AVX-512 VNNI, or PDSERVE_ISA=avx2 or PDSERVE_Q8_KMAJOR=0";
+    GTEST_SKIP() << "no int8 packs: this CPU lacks AVX2 + FMA + F16C, or PDSERVE_Q8_KMAJOR=0";
   }
   SetKMajorKeepsRowMajor(true);  // the packs beside the rows, then hidden: the row layout's dot kernel
   const std::unique_ptr<Engine> rows = load();

@@ -76,15 +76,15 @@ TEST(Q8Test, LinearMatchesDequantizedReferenceForEveryBatchSize) {
 
 // kDefault: PDSERVE_Q8_KERNEL's kernel when it names one (plain
 // linear_int8_test runs under fma, linear_int8_q8dot_test under dot), else
-// auto's: dot where the dot kernel runs its AVX-512 VNNI build
+// auto's: dot where the CPU has AVX2 + FMA + F16C (either build of the pack kernel)
 // (linear_int8_auto_test). SetQ8Kernel overrides both, and auto restores them.
-TEST(Q8Test, DefaultKernelIsTheNamedOneElseDotWhereVnni) {
+TEST(Q8Test, DefaultKernelIsTheNamedOneElseDotWhereAvx2) {
   at::manual_seed(5);
   const at::Tensor q = QuantizeQ8(at::randn({40, 96}));
   const at::Tensor x = at::randn({3, 96});
   const char* env = std::getenv("PDSERVE_Q8_KERNEL");
   const std::string named = env == nullptr ? "auto" : env;
-  const bool dot = named == "dot" || (named != "fma" && GemvQ8DotIsa() == GemvIsa::kAvx512);
+  const bool dot = named == "dot" || (named != "fma" && GemvQ8Available());
   std::printf("PDSERVE_Q8_KERNEL=%s: default int8 kernel here %s (dot build %s)\n", named.c_str(),
               dot ? "dot" : "fma", GemvIsaName(GemvQ8DotIsa()));
   EXPECT_EQ(Q8KernelIsDot(), dot);

@@ -17,6 +17,7 @@
 #include "common/model/gemm_dnnl.h"
 #include "common/model/cache_layout.h"
 #include "common/model/gemv_kernels.h"
+#include "common/model/gemv_q8.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
@@ -100,7 +101,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& dir, con
     matmul = absl::StrCat(" (bf16 matmul ", Bf16MatmulName(GetBf16Matmul()), ")");
   } else if (options.weights_dtype == WeightsDtype::kInt8) {
     matmul = absl::StrCat(" (int8 kernel ", Q8KernelIsDot() ? "dot" : "fma",
-                          engine->model().kmajor_packs() != nullptr ? ", k-major packs" : "", ")");
+                          engine->model().kmajor_packs() != nullptr ? ", k-major packs" : "",
+                          Q8KernelIsDot() ? absl::StrCat(", ", GemvIsaName(GemvQ8DotIsa()), " build") : "", ")");
   }
   log::Info(absl::StrFormat("weights %d MiB%s; process memory on 2 MiB pages: %d MiB%s", weight_mib, matmul,
                             std::max<int64_t>(huge_mib, 0),

@@ -20,11 +20,11 @@ ABSL_FLAG(std::string, weights_dtype, "f32",
           "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load; "
           "the kernel: --q8-kernel).");
 ABSL_FLAG(std::string, q8_kernel, "auto",
-          "Kernel of int8 weights: dot (x quantized per block of 32 too, as llama.cpp's Q8_0 does; on AVX-512 "
-          "VNNI CPUs the weights are packed k-major at load in place of their rows, the same memory, for one "
-          "vpdpbusd kernel in prefill and decode; PDSERVE_Q8_KMAJOR=0 keeps the rows), fma (x stays fp32: only "
-          "the weights are rounded; the smaller error, slower from 4 sequences up) or auto (dot where the CPU "
-          "has AVX-512 VNNI, else fma).");
+          "Kernel of int8 weights: dot (x quantized per block of 32 too, as llama.cpp's Q8_0 does; the weights "
+          "are packed k-major at load in place of their rows, the same memory, for one kernel in prefill and "
+          "decode: vpdpbusd on AVX-512 VNNI CPUs, vpmaddubsw on AVX2 ones; PDSERVE_Q8_KMAJOR=0 keeps the rows), "
+          "fma (x stays fp32: only the weights are rounded; the smaller error, slower from 4 sequences up) or "
+          "auto (dot where the CPU has AVX2 + FMA + F16C, else fma).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, pdserve::EngineOptions{}.num_threads,
           "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");

@@ -7,14 +7,14 @@
 // rows back to back.
 //
 // Two kernels:
-// - GemvQ8Fma (the default): x stays fp32; each block is widened to fp32
+// - GemvQ8Fma: x stays fp32; each block is widened to fp32
 //   and FMA'd with x, and the block sum scaled by d.
 // - GemvQ8Dot: x is quantized per block of 32 to int8 too (QuantizeRowsQ8),
 //   and each block is an int8 dot product (vpmaddubsw + vpmaddwd), then
 //   scaled by d_w * d_x in fp32 (llama.cpp's Q8_0 x Q8_0). Adds the
 //   activations' rounding error. Two builds with the same result bits:
-//   AVX2 (vpmaddubsw + vpmaddwd; not faster than GemvQ8Fma at batch <= 4)
-//   and AVX-512 VNNI (vpdpbusd, gemv_q8_avx512.h), taken where the CPU has
+//   AVX2 (vpmaddubsw + vpmaddwd; not faster than GemvQ8Fma at batch <= 4;
+//   the default reads k-major packs instead, gemv_q8_kmajor.h) and AVX-512 VNNI (vpdpbusd, gemv_q8_avx512.h), taken where the CPU has
 //   it unless PDSERVE_ISA=avx2 (GemvQ8DotIsa).
 // In both, a y element's summation order does not depend on M, so a
 // sequence's tokens do not depend on its decode batch.

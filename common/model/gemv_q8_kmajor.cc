@@ -111,6 +111,82 @@ void Pass(const PassArgs& a) {
 }
 
 #pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")  // GemvQ8Available()
+
+// The AVX2 build, without vpdpbusd: a ymm line holds 8 outputs' quads, and
+// vpmaddubsw (u8 x s8, pairs summed to int16 with saturation) takes |q| by
+// x with q's sign (vpsignb): |q| * |x| <= 127 * 127, so a pair's sum fits
+// int16 where (q + 128) * x would not. vpmaddwd by ones then sums the pairs
+// to int32 lanes. The block's int32 sums are the same exact integers as
+// the VNNI build's, and the fp32 chain is the same, so the outputs are the
+// same bits. Needs xq in [-127, 127] (QuantizeRowsQ8's range: vpsignb
+// cannot negate -128). The fp32 sums live in a.out (L1), which starts at
+// zero; the registers hold the block's int32 sums of MR rows x NL lines.
+template <int MR, int NL>
+void PassAvx2(const PassArgs& a, int line0) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int l = 0; l < NL; ++l) _mm256_storeu_ps(a.out + i * a.ldo + 8 * (line0 + l), _mm256_setzero_ps());
+  }
+  const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const uint8_t* blk = a.P + b * kBlockBytes;
+    __m256i dot[MR][NL];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int l = 0; l < NL; ++l) dot[i][l] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      __m256i w[NL], aw[NL];
+#pragma GCC unroll 4
+      for (int l = 0; l < NL; ++l) {
+        const uint8_t* line = blk + QuadOffset(q, 8 * (line0 + l));
+        w[l] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(line)), flip);  // q
+        aw[l] = _mm256_abs_epi8(w[l]);
+        if (a.pf > 0 && l % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(line) + a.pf, _MM_HINT_T0);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        int32_t quad;
+        std::memcpy(&quad, a.xq + i * a.K + b * kQ8Block + 4 * q, 4);
+        const __m256i xb = _mm256_set1_epi32(quad);
+#pragma GCC unroll 4
+        for (int l = 0; l < NL; ++l) {
+          const __m256i pairs = _mm256_maddubs_epi16(aw[l], _mm256_sign_epi8(xb, w[l]));
+          dot[i][l] = _mm256_add_epi32(dot[i][l], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+    if (a.pf > 0) _mm_prefetch(reinterpret_cast<const char*>(blk) + a.pf, _MM_HINT_T0);  // the scales' line
+    __m256 dw[NL];
+#pragma GCC unroll 4
+    for (int l = 0; l < NL; ++l) {
+      dw[l] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * (line0 + l))));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m256 dx = _mm256_set1_ps(a.xs[i * a.nb + b]);
+#pragma GCC unroll 4
+      for (int l = 0; l < NL; ++l) {
+        float* o = a.out + i * a.ldo + 8 * (line0 + l);
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][l]), _mm256_mul_ps(dw[l], dx),
+                                            _mm256_loadu_ps(o)));
+      }
+    }
+  }
+}
+
+// One group's 32 outputs for rows [0, MR): a pass of NL lines at a time.
+template <int MR, int NL>
+void GroupAvx2(const PassArgs& a) {
+  for (int line0 = 0; line0 < 4; line0 += NL) PassAvx2<MR, NL>(a, line0);
+}
 
 inline float HalfToFloat(const uint8_t* p) {
   uint16_t h;
@@ -133,16 +209,23 @@ const PassFn kPasses[kMaxRows + 1][3] = {{},
                                          {nullptr, Pass<5, 2>},
                                          {nullptr, Pass<6, 2>}};
 
+// AVX2, by rows (1 .. kMaxRowsAvx2), a group at a time: one row takes the
+// group's 4 lines in one pass (16 ymm: 4 lines, their |q|, 4 sums, x, the
+// constants), more rows take 2 lines a pass.
+constexpr int kMaxRowsAvx2 = 4;
+const PassFn kGroupsAvx2[kMaxRowsAvx2 + 1] = {nullptr, GroupAvx2<1, 4>, GroupAvx2<2, 2>, GroupAvx2<3, 2>,
+                                              GroupAvx2<4, 2>};
+
 // Rows [0, mr) of x against `groups` (<= kBlockGroups) groups from a.P:
 // the widest passes the registers hold, then narrower ones for the rest.
-void Block(int mr, int groups, PassArgs a) {
+void Block(int mr, int groups, PassArgs a, GemvIsa isa) {
   const uint8_t* P = a.P;
   float* out = a.out;
   for (int g = 0; g < groups;) {
-    const int ng = kPasses[mr][2] != nullptr && groups - g >= 2 ? 2 : 1;
+    const int ng = isa == GemvIsa::kAvx512 && kPasses[mr][2] != nullptr && groups - g >= 2 ? 2 : 1;
     a.P = P + g * a.gstride;
     a.out = out + g * G;
-    kPasses[mr][ng](a);
+    (isa == GemvIsa::kAvx512 ? kPasses[mr][ng] : kGroupsAvx2[mr])(a);
     g += ng;
   }
 }
@@ -176,12 +259,17 @@ void PackQ8KMajor(const uint8_t* W, int64_t N, int64_t K, int64_t g0, int64_t g1
 
 void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
                      int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  GemvQ8KMajorDot(xq, xs, M, K, P, N, n0, n1, y, ldy, GemvQ8DotIsa());
+}
+
+void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
+                     int64_t n0, int64_t n1, float* y, int64_t ldy, GemvIsa isa) {
   n1 = std::min(n1, N);
   if (M <= 0 || n0 >= n1) return;
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int32_t> bias;  // reused: no allocation per call
   if (static_cast<int64_t>(bias.size()) < M * nb) bias.resize(M * nb);
-  for (int64_t r = 0; r < M * nb; ++r) {
+  for (int64_t r = 0; isa == GemvIsa::kAvx512 && r < M * nb; ++r) {  // AVX2 needs no bias
     int32_t s = 0;
     for (int64_t i = 0; i < kQ8Block; ++i) s += xq[r * kQ8Block + i];
     bias[r] = -128 * s;
@@ -192,15 +280,16 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
   for (int64_t gb = n0 / G; gb * G < n1; gb += kBlockGroups) {
     const int groups = static_cast<int>(std::min<int64_t>(kBlockGroups, (n1 - gb * G + G - 1) / G));
     const int64_t c0 = std::max(n0, gb * G), c1 = std::min(n1, (gb + groups) * G);
-    for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
+    const int64_t max_rows = isa == GemvIsa::kAvx512 ? kMaxRows : kMaxRowsAvx2;
+    for (int64_t m0 = 0; m0 < M; m0 += max_rows) {
+      const int mr = static_cast<int>(std::min<int64_t>(max_rows, M - m0));
       a.xq = xq + m0 * K;
       a.xs = xs + m0 * nb;
       a.bias = bias.data() + m0 * nb;
       a.P = P + gb * a.gstride;
       a.pf = m0 == 0 ? pf : 0;  // the first rows stream the block from DRAM; the others find it in L2
       a.ldo = groups * G;
-      Block(mr, groups, a);
+      Block(mr, groups, a, isa);
       for (int i = 0; i < mr; ++i) {
         std::copy(out + i * a.ldo + (c0 - gb * G), out + i * a.ldo + (c1 - gb * G), y + (m0 + i) * ldy + c0);
       }

@@ -4,7 +4,7 @@
 //   PackQ8KMajor       W (Q8_0 rows, gemv_q8.h) -> its pack, groups [g0, g1)
 //   GemvQ8KMajorDot    y = x W^T for output columns [n0, n1), any number of
 //                      rows of x quantized per block of 32 (QuantizeRowsQ8),
-//                      with vpdpbusd (AVX-512 VNNI only)
+//                      with vpdpbusd (AVX-512 VNNI) or vpmaddubsw (AVX2)
 //   DequantizeQ8KMajorRow  row n of W in fp32 from the pack (prefill's
 //                      GEMMs and the embedding, where the pack is the only copy)
 //
@@ -26,12 +26,15 @@
 // (q + 128) · x = q · x + 128 · sum(x). The correction 128 · sum(x) per
 // row of x and block is computed once per call and is the int32 sums'
 // starting value, so they hold sum(q · x) exactly. (The row layout makes x
-// unsigned instead, which costs a correction per weight block.)
+// unsigned instead, which costs a correction per weight block.) The AVX2
+// build reads the same lines as ymm of 8 outputs and multiplies |q| by x
+// with q's sign (vpsignb, vpmaddubsw, vpmaddwd, vpaddd: 4 instructions where
+// VNNI has 1 for twice the products), as llama.cpp's AVX2 Q8_0 dot does.
 //
 // Bits: output n's fp32 accumulator takes, for b = 0 .. K/32 - 1 in order,
 // acc = fma(float(sum_b), d_w * d_x, acc) from 0, sum_b the exact int32 dot
 // of block b. So its bits depend on neither the number of rows of x, the
-// rows beside it, nor the split of [n0, n1). The order differs from the row
+// rows beside it, the split of [n0, n1), nor the build (AVX2 == AVX-512). The order differs from the row
 // layout's (which converts each 4-product lane to fp32), so this kernel's
 // logits differ from GemvQ8Dot's in the last bits.
 //
@@ -39,6 +42,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "common/model/gemv_kernels.h"
 
 namespace pdserve {
 
@@ -52,12 +57,15 @@ void PackQ8KMajor(const uint8_t* W, int64_t N, int64_t K, int64_t g0, int64_t g1
 
 // y[m * ldy + n] = sum_b d_w[n][b] * d_x[m][b] * sum_{k in b} q_w[n][k] *
 // xq[m][k] for m < M (any M >= 0) and n in [n0, n1) (0 <= n0 <= n1 <= N),
-// from W's pack P; xq [M, K] and xs [M, K/32] as QuantizeRowsQ8 (gemv_q8.h)
-// writes them. Call only where GemvQ8VnniAvailable() (gemv_q8.h). Callers
-// split [n0, n1) at multiples of 32 for speed (a group cut by a split is
-// computed by both sides).
+// from W's pack P; xq [M, K] (values in [-127, 127]) and xs [M, K/32] as
+// QuantizeRowsQ8 (gemv_q8.h) writes them. Without `isa`: GemvQ8DotIsa()
+// (gemv_q8.h). Call only where GemvQ8Available(), and with kAvx512 only
+// where GemvQ8VnniAvailable(). Callers split [n0, n1) at multiples of 32
+// for speed (a group cut by a split is computed by both sides).
 void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
                      int64_t n0, int64_t n1, float* y, int64_t ldy);
+void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
+                     int64_t n0, int64_t n1, float* y, int64_t ldy, GemvIsa isa);
 
 // out[k] = d * q of W[n][k], k < K (n < N): the values DequantizeQ8
 // (linear_int8.h) gives for the row-major matrix.

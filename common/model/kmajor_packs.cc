@@ -48,7 +48,7 @@ at::Tensor StandIn(const at::Tensor& w) {
 
 bool Packable(const at::Tensor& w) {
   const bool q8 = IsQ8(w);
-  if (!(w.scalar_type() == at::kBFloat16 || (q8 && GemvQ8VnniAvailable()))) return false;
+  if (!(w.scalar_type() == at::kBFloat16 || (q8 && GemvQ8Available()))) return false;
   return w.is_contiguous() && (w.dim() == 2 || w.dim() == 3) && w.size(-2) > 0 && w.size(-1) > 0 &&
          (!q8 || w.size(-1) % kQ8BlockBytes == 0);
 }

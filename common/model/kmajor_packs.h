@@ -42,7 +42,7 @@ class KMajorPacks {
   // a stack [E, N, K], on `arena`'s 2 MiB pages (nullptr: the heap); groups
   // of 32 rows in parallel. w must outlive this object and keep its
   // address. False, and nothing kept, for another dtype, a Q8_0 w on a CPU
-  // without AVX-512 VNNI, a non-contiguous w or other shapes.
+  // without AVX2 + FMA + F16C, a non-contiguous w or other shapes.
   bool Add(const at::Tensor& w, HugePageArena* arena);
 
   // Add, with the packs found by the address of a stand-in that replaces

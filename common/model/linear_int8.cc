@@ -68,14 +68,14 @@ const uint8_t* PackOf(const at::Tensor& w) {
 }
 
 // The kernel PDSERVE_Q8_KERNEL names (read once), else auto's: the dot
-// kernel where it runs its AVX-512 VNNI build (with k-major packs), FMA
-// elsewhere.
+// kernel where the CPU has AVX2 + FMA + F16C (with k-major packs, in its
+// AVX-512 VNNI or AVX2 build), FMA elsewhere (no decode kernels there).
 Q8Kernel EnvOrAutoQ8Kernel() {
   static const Q8Kernel kernel = [] {
     const char* v = std::getenv("PDSERVE_Q8_KERNEL");
     const absl::StatusOr<Q8Kernel> named = ParseQ8Kernel(v == nullptr ? "auto" : v);
     if (named.ok() && *named != Q8Kernel::kDefault) return *named;
-    return GemvQ8DotIsa() == GemvIsa::kAvx512 ? Q8Kernel::kDot : Q8Kernel::kFma;
+    return GemvQ8Available() ? Q8Kernel::kDot : Q8Kernel::kFma;
   }();
   return kernel;
 }
@@ -160,7 +160,7 @@ bool Q8KernelIsDot(Q8Kernel kernel) { return UsesDot(kernel); }
 bool Q8PacksKMajor() {
   static const bool allowed = [] {
     const char* v = std::getenv("PDSERVE_Q8_KMAJOR");
-    return GemvQ8DotIsa() == GemvIsa::kAvx512 && !(v != nullptr && std::string(v) == "0");
+    return GemvQ8Available() && !(v != nullptr && std::string(v) == "0");
   }();
   return allowed && DefaultIsDot();
 }

@@ -35,12 +35,13 @@ at::Tensor DequantizeQ8(const at::Tensor& q);
 // as llama.cpp's Q8_0 x Q8_0; prefill then rounds x the same way, so decode
 // and prefill agree with either). kDefault is the process-wide choice
 // (SetQ8Kernel, --q8-kernel), else PDSERVE_Q8_KERNEL=dot|fma (read once),
-// else auto: kDot where the dot kernel runs its AVX-512 VNNI build
-// (GemvQ8DotIsa; 2.7-2.9x llama.cpp's Q8_0 at 16 sequences from k-major
-// packs, where FMA reaches 1.2-1.4x), kFma elsewhere (AVX2's dot kernel
-// does not win). Measured in docs/benchmarks.md, "int8 weights", "AVX-512
-// VNNI int8 decode kernel", "int8 k-major packs" and "The dot kernel as the
-// int8 default".
+// else auto: kDot where the CPU has AVX2 + FMA + F16C (GemvQ8Available),
+// reading k-major packs (gemv_q8_kmajor.h) in the build GemvQ8DotIsa picks:
+// with AVX-512 VNNI 2.7-2.9x llama.cpp's Q8_0 at 16 sequences, where FMA
+// reaches 1.2-1.4x; with AVX2 alone 1.5x, where FMA reaches 1.25x; batch 1
+// the same or better), kFma elsewhere. Measured in docs/benchmarks.md,
+// "int8 weights", "AVX-512 VNNI int8 decode kernel", "int8 k-major packs",
+// "The dot kernel as the int8 default" and "int8 k-major packs on AVX2".
 enum class Q8Kernel { kDefault, kDot, kFma };
 // "auto" (kDefault), "dot" or "fma"; InvalidArgument otherwise.
 absl::StatusOr<Q8Kernel> ParseQ8Kernel(const std::string& name);
@@ -53,8 +54,8 @@ bool Q8KernelIsDot(Q8Kernel kernel = Q8Kernel::kDefault);
 
 // Whether a model loaded now packs its Q8_0 matrices k-major in place of
 // their rows (kmajor_packs.h, gemv_q8_kmajor.h): under the dot kernel
-// (kDefault) where it runs its AVX-512 VNNI build (GemvQ8DotIsa: not under
-// PDSERVE_ISA=avx2), unless PDSERVE_Q8_KMAJOR=0 (read once; for
+// (kDefault) where the CPU has AVX2 + FMA + F16C (either build of the
+// pack's kernel), unless PDSERVE_Q8_KMAJOR=0 (read once; for
 // same-machine comparisons with the row layout). The pack's
 // kernel takes x quantized, as the dot kernel does, with the same products
 // summed in another order.
