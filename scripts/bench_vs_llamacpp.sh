@@ -37,7 +37,10 @@
 # THREADS (nproc; on a busy machine 1 avoids the spin-wait collapse of 2 OpenMP threads on 2 shared
 # cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (docs/bench/vs_llamacpp),
 # CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
-# made here), LLAMA_JOBS (2), NODE_LLAMA_CPP_VERSION (pinned below).
+# made here), LLAMA_JOBS (2), NODE_LLAMA_CPP_VERSION (pinned below), ISA (native; avx2: both sides
+# limited to AVX2 + FMA + F16C, as on the AVX2-only machines this project also runs on: llama.cpp
+# built with GGML_NATIVE=OFF GGML_AVX2=ON into .cache/llama/build-avx2, a second build of ~15 min,
+# and pdserve run with PDSERVE_ISA=avx2).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,9 +54,12 @@ OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/vs_llamacpp}
 CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
 MODEL_DIR=${MODEL_DIR:-$CACHE/models/$(basename "$CONFIG" .json)}
 LLAMA_JOBS=${LLAMA_JOBS:-2}
+ISA=${ISA:-native}
 PY=/usr/bin/python3  # Debian's: numpy + matplotlib (scripts/setup.sh installs them)
 REPORT=$ROOT/scripts/bench_vs_llamacpp_report.py
-LB=$CACHE/build/bin
+LLAMA_BUILD=$CACHE/build
+[[ $ISA == avx2 ]] && LLAMA_BUILD=$CACHE/build-avx2
+LB=$LLAMA_BUILD/bin
 PD=$ROOT/build/bench
 GGUF=$CACHE/models/$(basename "$MODEL_DIR")
 CSV=$OUT_DIR/measurements.csv
@@ -62,7 +68,7 @@ BW_GBS=0
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  echo "Usage: [ROUNDS=2] [QUICK=1] scripts/bench_vs_llamacpp.sh [--help]"
+  echo "Usage: [ROUNDS=2] [QUICK=1] [ISA=avx2] scripts/bench_vs_llamacpp.sh [--help]"
 }
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -84,13 +90,16 @@ LAUNCHER=()
 command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 build_llama() {
-  if [[ ! -f $CACHE/build/build.ninja ]]; then
-    cmake -S "$CACHE/src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  local isa_flags=(-DGGML_NATIVE=ON)
+  [[ $ISA == avx2 ]] && isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX512=OFF)
+  if [[ ! -f $LLAMA_BUILD/build.ninja ]]; then
+    cmake -S "$CACHE/src" -B "$LLAMA_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
       -DGGML_HIP=OFF -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF "${LAUNCHER[@]}" >"$CACHE/cmake.log"
   fi
-  ninja -C "$CACHE/build" -j"$LLAMA_JOBS" llama-bench llama-batched-bench llama-quantize \
+  ninja -C "$LLAMA_BUILD" -j"$LLAMA_JOBS" llama-bench llama-batched-bench llama-quantize \
     llama-completion >"$CACHE/build.log"
 }
 
@@ -283,15 +292,15 @@ run_int8_rows() {
     llama_batched "$r" decode_b16_q8 q8_0 tg 32 32 16
   fi
   if pd_int8_supported; then
-    # The FMA kernel (x stays fp32; the default where the CPU lacks AVX-512 VNNI).
+    # The FMA kernel (x stays fp32; opt-in: --q8-kernel fma).
     PDSERVE_Q8_KERNEL=fma PD_TOOL_SUFFIX=" fma" pd_decode "$r" decode_d32_q8 int8 32 64
     PDSERVE_Q8_KERNEL=fma PD_TOOL_SUFFIX=" fma" pd_step "$r" decode_b16_q8 int8 16
     # The int8-dot kernel (x rounded to int8 per block, as llama.cpp's Q8_0 does; the default
-    # where the CPU has AVX-512 VNNI).
+    # where the CPU has AVX2, from k-major packs: vpdpbusd with AVX-512 VNNI, else vpmaddubsw).
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_decode "$r" decode_d32_q8 int8 32 64
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_step "$r" decode_b16_q8 int8 16
-    # Prefill under the dot kernel: where the CPU has AVX-512 VNNI, from the k-major packs
-    # through the same kernel (the row layout widens each weight to fp32 for BLAS instead).
+    # Prefill under the dot kernel: from the k-major packs through the same kernel (the row
+    # layout, PDSERVE_Q8_KMAJOR=0, widens each weight to fp32 for BLAS instead).
     PDSERVE_Q8_KERNEL=dot PD_TOOL_SUFFIX=" dot" pd_prefill "$r" int8 q8
   fi
 }
@@ -309,6 +318,7 @@ report() {
   $PY "$REPORT" report --csv "$CSV" --config "$MODEL_DIR/config.json" --out-dir "$OUT_DIR" \
     --llama-commit "$(cat "$CACHE/commit")" --node-llama-cpp "$NODE_LLAMA_CPP_VERSION" \
     --threads "$THREADS" --rounds "$ROUNDS" --quick "$QUICK" --int8 "$(pd_int8_supported && echo 1 || echo 0)" \
+    --isa "$ISA" \
     --seconds "$SECONDS"
 }
 
@@ -317,6 +327,11 @@ main() {
   [[ $# -eq 0 ]] || { usage >&2; exit 2; }
   local g
   for g in $ROWS; do [[ $g =~ ^(decode|deep|prefill|int8)$ ]] || { echo "ROWS: unknown group '$g'" >&2; exit 2; }; done
+  case $ISA in
+    native) ;;
+    avx2) export PDSERVE_ISA=avx2 ;;
+    *) echo "ISA: want native or avx2, got '$ISA'" >&2; exit 2 ;;
+  esac
   fetch_llama
   log "building llama.cpp (CPU only, -j$LLAMA_JOBS)"
   build_llama

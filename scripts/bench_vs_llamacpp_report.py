@@ -245,7 +245,7 @@ def header(a, bw, shape):
         f"- machine: {model}, {cores} logical CPUs; flags: {', '.join(flags) or 'none of avx2/avx512/amx'}; "
         f"read bandwidth (pdserve-decode-bench, per round): {rng(list(bw.values()))} GB/s",
         f"- llama.cpp {a.llama_commit[:12]} (from npm node-llama-cpp {a.node_llama_cpp}), CPU only, "
-        f"GGML_NATIVE=ON; both sides {a.threads} thread{'s' if a.threads != '1' else ''}; {a.rounds} interleaved "
+        f"{'GGML_NATIVE=ON' if a.isa == 'native' else 'GGML_NATIVE=OFF GGML_AVX2=ON (AVX2 + FMA + F16C only); pdserve under PDSERVE_ISA=avx2'}; both sides {a.threads} thread{'s' if a.threads != '1' else ''}; {a.rounds} interleaved "
         "rounds "
         f"(llama.cpp, pdserve per row){'; QUICK=1 (no depth 32768)' if a.quick == '1' else ''}; "
         f"measuring took {int(a.seconds) // 60} min",
@@ -337,7 +337,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("command", choices=["report"])
     for flag in ("--csv", "--config", "--out-dir", "--llama-commit", "--node-llama-cpp", "--threads",
-                 "--rounds", "--quick", "--int8", "--seconds"):
+                 "--rounds", "--quick", "--int8", "--seconds", "--isa"):
         ap.add_argument(flag, required=True)
     report(ap.parse_args())
 
