@@ -287,7 +287,10 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
       a.xs = xs + m0 * nb;
       a.bias = bias.data() + m0 * nb;
       a.P = P + gb * a.gstride;
-      a.pf = m0 == 0 ? pf : 0;  // the first rows stream the block from DRAM; the others find it in L2
+      // The first rows stream the block from DRAM; the others find it in L2,
+      // and the second pass fetches the next block's lines meanwhile.
+      const bool next = (gb + kBlockGroups) * G < n1;
+      a.pf = m0 == 0 ? pf : m0 == max_rows && next ? kBlockGroups * a.gstride : 0;
       a.ldo = groups * G;
       Block(mr, groups, a, isa);
       for (int i = 0; i < mr; ++i) {
