@@ -137,7 +137,8 @@ bf16_kmajor_supported() {
 
 # --bf16-matmul dot runs where the CPU has AVX512-BF16 (and pdserve knows the choice), not under ISA=avx2.
 bf16_dot_supported() {
-  [[ $ISA != avx2 ]] && grep -qw avx512_bf16 /proc/cpuinfo && [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
+  [[ $ISA != avx2 ]] && grep -qw avx512_bf16 /proc/cpuinfo &&
+    [[ $("$PD/pdserve-decode-bench" --help 2>&1) == *"dot (prefill"* ]]
 }
 
 # record ROUND ROW SIDE TOOL SETTING < "tok/s" lines (one per value)

@@ -241,11 +241,13 @@ def cpu_info():
 def header(a, bw, shape):
     model, flags = cpu_info()
     cores = os.cpu_count()
+    build = "GGML_NATIVE=ON" if a.isa == "native" else \
+        "GGML_NATIVE=OFF GGML_AVX2=ON (AVX2 + FMA + F16C only); pdserve under PDSERVE_ISA=avx2"
     return [
         f"- machine: {model}, {cores} logical CPUs; flags: {', '.join(flags) or 'none of avx2/avx512/amx'}; "
         f"read bandwidth (pdserve-decode-bench, per round): {rng(list(bw.values()))} GB/s",
         f"- llama.cpp {a.llama_commit[:12]} (from npm node-llama-cpp {a.node_llama_cpp}), CPU only, "
-        f"{'GGML_NATIVE=ON' if a.isa == 'native' else 'GGML_NATIVE=OFF GGML_AVX2=ON (AVX2 + FMA + F16C only); pdserve under PDSERVE_ISA=avx2'}; both sides {a.threads} thread{'s' if a.threads != '1' else ''}; {a.rounds} interleaved "
+        f"{build}; both sides {a.threads} thread{'s' if a.threads != '1' else ''}; {a.rounds} interleaved "
         "rounds "
         f"(llama.cpp, pdserve per row){'; QUICK=1 (no depth 32768)' if a.quick == '1' else ''}; "
         f"measuring took {int(a.seconds) // 60} min",

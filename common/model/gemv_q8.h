@@ -14,8 +14,9 @@
 //   scaled by d_w * d_x in fp32 (llama.cpp's Q8_0 x Q8_0). Adds the
 //   activations' rounding error. Two builds with the same result bits:
 //   AVX2 (vpmaddubsw + vpmaddwd; not faster than GemvQ8Fma at batch <= 4;
-//   the default reads k-major packs instead, gemv_q8_kmajor.h) and AVX-512 VNNI (vpdpbusd, gemv_q8_avx512.h), taken where the CPU has
-//   it unless PDSERVE_ISA=avx2 (GemvQ8DotIsa).
+//   the default reads k-major packs instead, gemv_q8_kmajor.h) and AVX-512
+//   VNNI (vpdpbusd, gemv_q8_avx512.h), taken where the CPU has it unless
+//   PDSERVE_ISA=avx2 (GemvQ8DotIsa).
 // In both, a y element's summation order does not depend on M, so a
 // sequence's tokens do not depend on its decode batch.
 // Both prefetch each weight row GemvPrefetchBytes() ahead (gemv_kernels.h).

@@ -34,9 +34,10 @@
 // Bits: output n's fp32 accumulator takes, for b = 0 .. K/32 - 1 in order,
 // acc = fma(float(sum_b), d_w * d_x, acc) from 0, sum_b the exact int32 dot
 // of block b. So its bits depend on neither the number of rows of x, the
-// rows beside it, the split of [n0, n1), nor the build (AVX2 == AVX-512). The order differs from the row
-// layout's (which converts each 4-product lane to fp32), so this kernel's
-// logits differ from GemvQ8Dot's in the last bits.
+// rows beside it, the split of [n0, n1), nor the build (AVX2 == AVX-512).
+// The order differs from the row layout's (which converts each 4-product
+// lane to fp32), so this kernel's logits differ from GemvQ8Dot's in the
+// last bits.
 //
 // No ATen here (compiled with target pragmas, as gemv_q8_avx512.cc).
 #pragma once

@@ -126,7 +126,8 @@ else
   err_has "cannot run the bf16 dot kernel"
   echo "this CPU lacks avx512_bf16: dot refused at start"
 fi
-echo "--- int8: --q8-kernel auto takes dot (k-major packs) where the CPU has AVX2+FMA+F16C, in its AVX-512 VNNI build where the CPU has that; a named kernel wins"
+echo "--- int8: --q8-kernel auto takes dot (k-major packs) where the CPU has AVX2+FMA+F16C, in its AVX-512 VNNI"
+echo "    build where the CPU has that; a named kernel wins"
 vnni=1
 for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni; do grep -qw "$f" /proc/cpuinfo || vnni=0; done
 avx2=1
@@ -147,7 +148,8 @@ if [ $avx2 = 1 ]; then
   PDSERVE_ISA=avx2 gen --weights-dtype int8 >"$TMP/q8_avx2" 2>"$TMP/err"
   err_has "(int8 kernel dot, k-major packs, avx2 build)"
   # The two builds sum the same exact block dots in the same fp32 order: the same tokens.
-  cmp -s "$TMP/q8" "$TMP/q8_avx2" || fail "PDSERVE_ISA=avx2 changed the int8 tokens: $(cat "$TMP/q8") vs $(cat "$TMP/q8_avx2")"
+  cmp -s "$TMP/q8" "$TMP/q8_avx2" ||
+    fail "PDSERVE_ISA=avx2 changed the int8 tokens: $(cat "$TMP/q8") vs $(cat "$TMP/q8_avx2")"
 fi
 gen --weights-dtype int8 --q8-kernel fma >/dev/null 2>"$TMP/err"; err_has "(int8 kernel fma)"
 PDSERVE_Q8_KERNEL=fma gen --weights-dtype int8 >/dev/null 2>"$TMP/err"; err_has "(int8 kernel fma)"
