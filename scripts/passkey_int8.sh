@@ -8,7 +8,7 @@
 #   --bf16-matmul value (VARIANTS="bf16 bf16:dot" compares exact bf16 with
 #   bf16 activations), for int8 a --q8-kernel value ("int8:dot" is the
 #   kernel that quantizes x too, "int8:fma" the one that keeps x fp32; plain
-#   "int8" takes auto: dot where the CPU has AVX-512 VNNI, else fma).
+#   "int8" takes auto: dot where the CPU has AVX2 + FMA + F16C, else fma).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/passkey-4l}
