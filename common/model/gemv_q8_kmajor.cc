@@ -29,7 +29,7 @@ constexpr int64_t QuadOffset(int64_t q, int64_t j) { return kScaleBytes + q * kQ
 struct PassArgs {
   const int8_t* xq;     // [MR, K], row stride K
   const float* xs;      // [MR, nb]
-  const int32_t* bias;  // [MR, nb]: -128 * sum of each block of xq
+  const int32_t* bias;  // [MR, nb]: -128 * sum of each block of xq (AVX-512 only)
   int64_t K, nb;
   const uint8_t* P;  // the first group
   int64_t gstride, pf;
@@ -268,29 +268,30 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
   if (M <= 0 || n0 >= n1) return;
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int32_t> bias;  // reused: no allocation per call
-  if (static_cast<int64_t>(bias.size()) < M * nb) bias.resize(M * nb);
-  for (int64_t r = 0; isa == GemvIsa::kAvx512 && r < M * nb; ++r) {  // AVX2 needs no bias
-    int32_t s = 0;
-    for (int64_t i = 0; i < kQ8Block; ++i) s += xq[r * kQ8Block + i];
-    bias[r] = -128 * s;
+  if (isa == GemvIsa::kAvx512) {           // the AVX2 build needs no bias
+    if (static_cast<int64_t>(bias.size()) < M * nb) bias.resize(M * nb);
+    for (int64_t r = 0; r < M * nb; ++r) {
+      int32_t s = 0;
+      for (int64_t i = 0; i < kQ8Block; ++i) s += xq[r * kQ8Block + i];
+      bias[r] = -128 * s;
+    }
   }
   alignas(64) float out[kMaxRows * kBlockGroups * G];
-  const int64_t pf = GemvPrefetchBytes();
+  const int64_t pf = GemvPrefetchBytes(), max_rows = isa == GemvIsa::kAvx512 ? kMaxRows : kMaxRowsAvx2;
   PassArgs a{nullptr, nullptr, nullptr, K, nb, nullptr, nb * kBlockBytes, pf, out, 0};
   for (int64_t gb = n0 / G; gb * G < n1; gb += kBlockGroups) {
     const int groups = static_cast<int>(std::min<int64_t>(kBlockGroups, (n1 - gb * G + G - 1) / G));
     const int64_t c0 = std::max(n0, gb * G), c1 = std::min(n1, (gb + groups) * G);
-    const int64_t max_rows = isa == GemvIsa::kAvx512 ? kMaxRows : kMaxRowsAvx2;
+    // The first rows stream the block from DRAM; the others find it in L2,
+    // and the second pass fetches the next block's lines meanwhile.
+    const int64_t next_pf = (gb + kBlockGroups) * G < n1 ? kBlockGroups * a.gstride : 0;
     for (int64_t m0 = 0; m0 < M; m0 += max_rows) {
       const int mr = static_cast<int>(std::min<int64_t>(max_rows, M - m0));
       a.xq = xq + m0 * K;
       a.xs = xs + m0 * nb;
       a.bias = bias.data() + m0 * nb;
       a.P = P + gb * a.gstride;
-      // The first rows stream the block from DRAM; the others find it in L2,
-      // and the second pass fetches the next block's lines meanwhile.
-      const bool next = (gb + kBlockGroups) * G < n1;
-      a.pf = m0 == 0 ? pf : m0 == max_rows && next ? kBlockGroups * a.gstride : 0;
+      a.pf = m0 == 0 ? pf : m0 == max_rows ? next_pf : 0;
       a.ldo = groups * G;
       Block(mr, groups, a, isa);
       for (int i = 0; i < mr; ++i) {

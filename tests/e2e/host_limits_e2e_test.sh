@@ -5,7 +5,8 @@
 # kernels as wide as the CPU (OPENBLAS_CORETYPE set the same way); a memory limit
 # the estimate exceeds, a PDSERVE_ISA the CPU lacks, and --bf16-matmul dot
 # without AVX512-BF16, are one clear error at start with exit status != 0;
-# int8's kernel follows --q8-kernel (auto: dot where AVX-512 VNNI, else fma).
+# int8's kernel follows --q8-kernel (auto: dot where AVX2 + FMA + F16C, in its
+# AVX-512 VNNI build where the CPU has that, else fma).
 set -euo pipefail
 BUILD=$1
 SRC=$2
@@ -51,6 +52,7 @@ core=$(grep -o 'OpenBLAS [A-Za-z0-9]*' "$TMP/err" | head -1 | cut -d' ' -f2)
 [ -n "$core" ] || fail "no OpenBLAS core in the log: $(cat "$TMP/err")"
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { [[ " $flags " == *" $1 "* ]]; }
+has_all() { local f; for f; do has "$f" || return 1; done; }
 if has avx512f && has avx512bw && has avx512vl; then
   [[ $core =~ ^(SkylakeX|Cooperlake|SapphireRapids)$ ]] || fail "AVX-512 CPU, OpenBLAS runs $core"
 elif has avx2 && has fma; then
@@ -95,9 +97,8 @@ grep -q "PDSERVE_ISA=sse: ISA must be avx2, avx512 or amx" "$TMP/err" || fail "u
 for isa in avx2 avx512 amx; do
   case $isa in avx2) need="avx2 fma" ;; avx512) need="avx2 fma avx512f avx512bw avx512vl" ;;
     amx) need="avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16" ;; esac
-  has=1
-  for f in $need; do grep -qw "$f" /proc/cpuinfo || has=0; done
-  if [ $has = 1 ]; then
+  # shellcheck disable=SC2086  # $need: one word per flag
+  if has_all $need; then
     PDSERVE_ISA=$isa gen >/dev/null 2>"$TMP/err" || fail "PDSERVE_ISA=$isa on a CPU that has it: $(cat "$TMP/err")"
     err_has "ISA $isa ("
     echo "this CPU has $isa: forced path runs"
@@ -113,9 +114,7 @@ if PDSERVE_ISA=avx2 gen --weights-dtype bf16 --bf16-matmul dot >/dev/null 2>"$TM
   fail "dot ran under PDSERVE_ISA=avx2"
 fi
 err_has "--bf16-matmul=dot: .*dot needs avx512f avx512bw avx512vl avx512_bf16"
-has=1
-for f in avx2 fma avx512f avx512bw avx512vl avx512_bf16; do grep -qw "$f" /proc/cpuinfo || has=0; done
-if [ $has = 1 ]; then
+if has_all avx2 fma avx512f avx512bw avx512vl avx512_bf16; then
   gen --weights-dtype bf16 --bf16-matmul dot >"$TMP/dot" 2>"$TMP/err" || fail "dot: $(cat "$TMP/err")"
   err_has "(bf16 matmul dot)"
   grep -q '"token_ids"' "$TMP/dot" || fail "no tokens: $(cat "$TMP/dot")"
@@ -128,10 +127,9 @@ else
 fi
 echo "--- int8: --q8-kernel auto takes dot (k-major packs) where the CPU has AVX2+FMA+F16C, in its AVX-512 VNNI"
 echo "    build where the CPU has that; a named kernel wins"
-vnni=1
-for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni; do grep -qw "$f" /proc/cpuinfo || vnni=0; done
-avx2=1
-for f in avx2 fma f16c; do grep -qw "$f" /proc/cpuinfo || avx2=0; done
+vnni=0 avx2=0
+has_all avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni && vnni=1
+has_all avx2 fma f16c && avx2=1
 gen --weights-dtype int8 >"$TMP/q8" 2>"$TMP/err" || fail "int8: $(cat "$TMP/err")"
 grep -q '"token_ids"' "$TMP/q8" || fail "no tokens: $(cat "$TMP/q8")"
 if [ $vnni = 1 ]; then
