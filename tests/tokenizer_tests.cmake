@@ -3,5 +3,7 @@
 # $PDSERVE_LLAMA3_TOKENIZER_JSON) and skip when it is absent.
 pdserve_test(char_tokenizer_test)
 target_link_libraries(char_tokenizer_test PRIVATE pdserve_tokenizer)
+pdserve_test(utf8_test)
+target_link_libraries(utf8_test PRIVATE pdserve_tokenizer)
 pdserve_test(bpe_tokenizer_test)
 target_link_libraries(bpe_tokenizer_test PRIVATE pdserve_tokenizer nlohmann_json::nlohmann_json)
