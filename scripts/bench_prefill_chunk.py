@@ -12,7 +12,7 @@ Usage: scripts/bench_prefill_chunk.py [--model DIR] [--rounds 3]
          [--chunks 512,1024,2048,4096] [--dtypes f32,bf16] [--prompt-len 4096]
          [--build build]
 About 25 s a run for the 502M model at 4096 tokens on 2 cores, so the
-defaults take ~10 min. Not in CI (timings). docs/benchmarks.md section 22.
+defaults take ~10 min. Not in CI (timings). docs/benchmarks.md §6.
 """
 import argparse
 import re

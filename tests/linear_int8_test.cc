@@ -194,7 +194,7 @@ absl::StatusOr<LogitsAgreement> Int8AgainstFp32(ModelWeights w, int64_t mult, in
 // Quality against fp32 weights, teacher-forced greedy. The tiny config runs
 // dense (top_k = n_experts): with top-2 routing of random weights, a
 // router flip moves the output by a whole expert, and even bf16 weights then
-// reach only cosine 0.97 / 94% top-1 (docs/benchmarks.md, "int8 weights").
+// reach only cosine 0.97 / 94% top-1 (docs/benchmarks.md §7).
 TEST(Q8Test, DenseTinyModelFollowsFp32) {
   ModelConfig tc = testing::TinyConfig();
   tc.top_k = tc.n_experts;
@@ -210,7 +210,7 @@ TEST(Q8Test, DenseTinyModelFollowsFp32) {
 // shared one), where the router's margins are real: mean logits cosine
 // >= 0.9999 and top-1 agreement >= 98% against f32. The worst row's cosine
 // moves with the prompt (0.9945-0.9995 over five prompts of 1,000 steps,
-// docs/benchmarks.md section 36), so it is held to 0.99. Runs under the
+// docs/benchmarks.md §7), so it is held to 0.99. Runs under the
 // default kernel here and under the dot kernel as linear_int8_q8dot_test.
 TEST(Q8Test, TrainedModelFollowsFp32) {
   if (!GemvQ8Available()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";

@@ -45,8 +45,8 @@ Bf16Matmul DefaultBf16Matmul() {
     const absl::StatusOr<Isa> isa = HostIsa();  // PDSERVE_ISA=avx2|avx512 keeps AMX off
     if (isa.ok() && *isa == Isa::kAmx && AmxSplitAvailable()) return Bf16Matmul::kAmxSplit;
     // k-major packs where their AVX-512 kernels run: exact products as
-    // widen's, the same memory, faster decode (docs/benchmarks.md 40-42).
-    // Not with AVX2 kernels only: batch 1 lost ~28% there (section 42).
+    // widen's, the same memory, faster decode. Not with AVX2 kernels only:
+    // batch 1 lost up to ~28% there in one of three runs (docs/benchmarks.md §5).
     return GemvDefaultIsa() == GemvIsa::kAvx512 ? Bf16Matmul::kKMajor : Bf16Matmul::kWiden;
   }();
   return mode;

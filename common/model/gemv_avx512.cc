@@ -101,9 +101,9 @@ template <int M, typename WT>
 void Rows(const float* x, int64_t K, const WT* W, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   // Weight rows per pass. bf16 weights against one row of x: one weight row
   // at a time, read whole and in order (as gemv_bf16dot.cc; four
-  // interleaved rows streamed slower from DRAM, docs/benchmarks.md section
-  // 35); fp32 weights too where AVX-512 runs on 256-bit halves (Zen 4:
-  // twice as fast there, ~10% slower on a Zen 5; section 42). Otherwise
+  // interleaved rows streamed slower from DRAM, docs/benchmarks.md §3);
+  // fp32 weights too where AVX-512 runs on 256-bit halves (Zen 4: twice
+  // as fast there, ~10% slower on a Zen 5). Otherwise
   // four, which loads each x vector once per four FMAs. The same bits.
   static const bool f32_one_row = HostCpuFeatures().avx512_half_width;
   const bool one_row = M == 1 && (std::is_same_v<WT, uint16_t> || f32_one_row);

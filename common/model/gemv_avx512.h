@@ -13,7 +13,7 @@
 // each row (GemvPrefetchBytes); widening bf16 stays two ops per 16 weights.
 // bf16 weights against one row of x go one weight row at a time instead,
 // each read whole and in order: DRAM feeds that faster than four rows
-// interleaved (docs/benchmarks.md section 35).
+// interleaved (docs/benchmarks.md §3).
 #pragma once
 
 #include <cstdint>

@@ -95,8 +95,8 @@ void Rows(const uint16_t* xb, int64_t ldx, int64_t K, const uint16_t* W, int64_t
           int64_t ldy) {
   // Weight rows per pass. One row of x (batch-1 decode) reads weight rows
   // one at a time, each whole and in order: four interleaved rows streamed
-  // 10-25% slower from DRAM on the Zen 5 EPYC (docs/benchmarks.md section
-  // 35). Same bits: Reduce is Sum4's tree. From two rows of x up, four
+  // 10-25% slower from DRAM on the Zen 5 EPYC (docs/benchmarks.md §3).
+  // Same bits: Reduce is Sum4's tree. From two rows of x up, four
   // weight rows share each x load; without that the kernel is bound by its
   // arithmetic.
   constexpr int R = M == 1 ? 1 : 4;

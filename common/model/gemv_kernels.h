@@ -35,7 +35,7 @@ const char* GemvIsaName(GemvIsa isa);  // "avx2", "avx512"
 // software-prefetches its weight rows: 4096, or PDSERVE_GEMV_PREFETCH (0 turns
 // it off, for A/B runs); read once. On the Sapphire Rapids VM the hardware
 // prefetchers alone left bf16 and int8 rows at ~60% of the bytes/s of fp32
-// ones (docs/benchmarks.md section 14).
+// ones (docs/benchmarks.md §3).
 int64_t GemvPrefetchBytes();
 
 // Weight rows per tile of a matmul with more than kGemvMaxRows rows of x

@@ -37,7 +37,7 @@ struct Passes {
 // and group; Fn<MR, NG>::value is the pass): up to 16 accumulators of 16
 // outputs, 24 for 5-6 rows. Two groups (two DRAM streams) make 5-6 rows
 // 1.2-1.3x faster than one group with fewer registers (docs/benchmarks.md
-// section 40); 7-8 rows × 2 groups would spill.
+// §5); 7-8 rows × 2 groups would spill.
 template <typename X, template <int, int> class Fn>
 constexpr Passes<X> Avx512Shapes() {
   return {8,

@@ -20,7 +20,7 @@
 // AVX2). A widened weight vector serves MR rows of x (MR FMAs), where the
 // row layout's kernel (gemv_kernels.h) spends a load of x per FMA and
 // reduces every output at the end; rows past the first MR re-read a block
-// of 4 groups from L2 (docs/benchmarks.md sections 39-40).
+// of 4 groups from L2 (docs/benchmarks.md §5).
 //
 // Bits: each output is one chain of fp32 FMAs, acc = fma(W[n][k], x[m][k],
 // acc) from acc = 0 over k = 0 .. K-1 in order. So an output's bits depend

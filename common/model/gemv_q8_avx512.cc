@@ -118,7 +118,7 @@ void Block(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, float
 
 // One weight row per pass for one row of x (each row read whole and in
 // order: four interleaved rows streamed ~25% slower from DRAM on the Zen 5
-// EPYC, docs/benchmarks.md section 35); 4 rows per pass for 2 rows of x
+// EPYC, docs/benchmarks.md §7); 4 rows per pass for 2 rows of x
 // (they share each x load), 2 past that (32 zmm registers). Same bits.
 template <int M>
 void Rows(const int8_t* xq, const float* xs, int64_t K, const uint8_t* W, int64_t n0, int64_t n1, float* y,

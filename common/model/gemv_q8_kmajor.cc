@@ -200,7 +200,7 @@ inline float HalfToFloat(const uint8_t* p) {
 // not hold the fp32 sums and the block's int32 sums of MR rows × 2 halves a
 // group, beside a line per half). One row of x takes one group per pass:
 // one DRAM stream, which a thread reads faster than two or four
-// interleaved ones (docs/benchmarks.md section 44).
+// interleaved ones (docs/benchmarks.md §7).
 const PassFn kPasses[kMaxRows + 1][3] = {{},
                                          {nullptr, Pass<1, 2>},
                                          {nullptr, Pass<2, 2>, Pass<2, 4>},

@@ -5,7 +5,7 @@
 // Why: a DRAM-bound matrix-vector product walks the page table once per
 // page it touches; in a VM that walk is two-level. On the AMD EPYC VM a
 // two-thread sum of 1 GiB read 18-20 GB/s on 4 KiB pages and 23-25 GB/s on
-// 2 MiB pages (docs/benchmarks.md section 21). Most hosts set THP to
+// 2 MiB pages (docs/benchmarks.md §3). Most hosts set THP to
 // "madvise" (used only where a program asks), so the default allocator's
 // memory stays on 4 KiB pages.
 //

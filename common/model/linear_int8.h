@@ -38,10 +38,9 @@ at::Tensor DequantizeQ8(const at::Tensor& q);
 // else auto: kDot where the CPU has AVX2 + FMA + F16C (GemvQ8Available),
 // reading k-major packs (gemv_q8_kmajor.h) in the build GemvQ8DotIsa picks:
 // with AVX-512 VNNI 2.7-2.9x llama.cpp's Q8_0 at 16 sequences, where FMA
-// reaches 1.2-1.4x; with AVX2 alone 1.5x, where FMA reaches 1.25x; batch 1
-// the same or better), kFma elsewhere. Measured in docs/benchmarks.md,
-// "int8 weights", "AVX-512 VNNI int8 decode kernel", "int8 k-major packs",
-// "The dot kernel as the int8 default" and "int8 k-major packs on AVX2".
+// reaches 1.2-1.4x; with AVX2 alone 1.7-1.9x, where FMA reaches 1.3-1.4x;
+// batch 1 the same or better), kFma elsewhere. Measured in
+// docs/benchmarks.md §7 (and side by side in §2).
 enum class Q8Kernel { kDefault, kDot, kFma };
 // "auto" (kDefault), "dot" or "fma"; InvalidArgument otherwise.
 absl::StatusOr<Q8Kernel> ParseQ8Kernel(const std::string& name);

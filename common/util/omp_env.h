@@ -9,7 +9,7 @@
 // some microseconds: long enough to catch the next parallel region of a
 // decode step, which follows within microseconds, without a futex wake-up;
 // short enough that a co-tenant keeps its share; docs/benchmarks.md
-// sections 13 and 36):
+// §8):
 //   DecideOmpWaitPolicy   the decision, from the environment (pure; tested)
 //   ApplyLibraryEnv       first thing in main: sets GOMP_SPINCOUNT and
 //                         OPENBLAS_CORETYPE where needed, and then

@@ -9,7 +9,7 @@
 //
 // Why not OpenMP: a batch-1 decode step is ~49 regions of 20-60 us each,
 // between serial ops. On this project's 2-vCPU VMs (pdserve-region-bench,
-// docs/benchmarks.md section 37) a libgomp region costs 4-12 us past its
+// docs/benchmarks.md §8) a libgomp region costs 4-12 us past its
 // work after a serial gap of 5-50 us, and ~47 us once its threads have
 // gone to sleep (the bounded spin of omp_env.h gives up after a few us;
 // waking a sleeping vCPU is that slow). A region here costs ~2 us: an idle
