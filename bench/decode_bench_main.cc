@@ -4,17 +4,16 @@
 // tokens/s, resident memory, the BLAS/threads in use, and the ratio of the
 // measured step time to a memory-bandwidth floor. Optionally profiles decode
 // steps by ATen op, and times each weight shape's matrix-vector product alone
-// (engine vs at::linear vs at::mv). docs/benchmarks.md explains the output.
+// (engine vs at::linear vs at::mv; bench/matvec_probe.h). docs/benchmarks.md §3 explains
+// the output; bench/host_report.h prints the machine and process conditions.
 // The engine flags (--model, --weights-dtype, --kv-dtype, --threads,
 // --prefill-chunk) are common/engine/engine_flags; the ones here are this
 // benchmark's.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
-#include <sys/resource.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/version.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +22,6 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,13 +30,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/host_report.h"
+#include "bench/matvec_probe.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
 #include "common/model/bf16_matmul.h"
-#include "common/model/gemv_q8.h"
 #include "common/model/huge_page_arena.h"
-#include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
 #include "common/util/omp_env.h"
 
@@ -61,92 +59,21 @@ ABSL_FLAG(bool, show_config, false, "Print the full at::show_config() text.");
 
 namespace {
 
+using pdserve::bench::CollectProbes;
+using pdserve::bench::CpuFlags;
+using pdserve::bench::CurrentRssMb;
+using pdserve::bench::MeasureReadBandwidth;
+using pdserve::bench::PeakRssMb;
+using pdserve::bench::PrintMappedBlas;
+using pdserve::bench::PrintProbes;
+using pdserve::bench::PrintShowConfig;
+using pdserve::bench::Probe;
+using pdserve::bench::ProbeSums;
+using pdserve::bench::ResetPeakRss;
+using pdserve::bench::TimeProbes;
+
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double CurrentRssMb() {
-  std::ifstream f("/proc/self/statm");
-  long long size = 0, resident = 0;
-  f >> size >> resident;
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
-
-double PeakRssMb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // ru_maxrss is KiB on Linux
-}
-
-// Resets the kernel's peak-RSS mark (VmHWM, which getrusage reports) to the
-// current RSS. Linux >= 4.0; returns false where /proc/self/clear_refs is not
-// writable.
-bool ResetPeakRss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
-// Shared objects mapped into this process whose path mentions one of `keys`.
-std::vector<std::string> MappedLibraries(const std::vector<std::string>& keys) {
-  std::ifstream f("/proc/self/maps");
-  std::set<std::string> found;
-  std::string line;
-  while (std::getline(f, line)) {
-    const size_t slash = line.find('/');
-    if (slash == std::string::npos) continue;
-    std::string path = line.substr(slash);
-    std::string lower = path;
-    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    const std::string base = lower.substr(lower.rfind('/') + 1);
-    for (const std::string& k : keys) {
-      if (base.find(k) != std::string::npos) found.insert(path);
-    }
-  }
-  return {found.begin(), found.end()};
-}
-
-std::string CpuFlags() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line, model;
-  std::set<std::string> have;
-  const std::vector<std::string> want = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni"};
-  while (std::getline(f, line)) {
-    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
-    if (line.rfind("flags", 0) == 0) {
-      std::istringstream ss(line.substr(line.find(':') + 1));
-      std::string w;
-      while (ss >> w) {
-        if (std::find(want.begin(), want.end(), w) != want.end()) have.insert(w);
-      }
-      break;
-    }
-  }
-  std::vector<std::string> missing;
-  for (const std::string& w : want) {
-    if (!have.count(w)) missing.push_back(w);
-  }
-  return absl::StrCat(model, "; has {", absl::StrJoin(have, ","), "}; lacks {", absl::StrJoin(missing, ","), "}");
-}
-
-// Best GB/s (1e9 B/s) over `reps` sums of a `gib`-GiB fp32 buffer with the
-// current intra-op thread count.
-double MeasureReadBandwidth(double gib, int reps, double* checksum) {
-  const int64_t n = static_cast<int64_t>(gib * 1024.0 * 1024.0 * 1024.0 / 4.0);
-  // On 2 MiB pages as the weights are (huge_page_arena.h); the copy of an
-  // untouched buffer reads the zero page, so only the copy is resident.
-  pdserve::HugePageArena arena;
-  at::Tensor buf = pdserve::PlaceOnHugePages(&arena, at::empty({n}, at::kFloat));
-  buf.fill_(1.0f);  // touch every page before timing
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    *checksum += buf.sum().item<double>();
-    const double s = MsSince(t0) / 1000.0;
-    best = std::max(best, static_cast<double>(n) * 4.0 / s / 1e9);
-  }
-  return best;
-}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -232,47 +159,6 @@ void PrintProfile(const torch::autograd::profiler::thread_event_lists& lists, in
   }
 }
 
-// Ways to multiply one row by a weight matrix.
-enum class MatVec {
-  kEngine,    // pdserve::Linear, whatever the engine does today
-  kAtLinear,  // at::linear on a [1, in] row in the weight's dtype (BLAS sgemm / ATen bf16 gemm)
-  kAtMv,      // at::mv in the weight's dtype (BLAS sgemv / ATen bf16 gemv)
-};
-
-// Mean ms per matrix-vector product over a pool of same-shaped weights used
-// round-robin (a pool larger than the L3 keeps the weights cold, as in a
-// decode step). NaN for at::linear and at::mv where only the engine's
-// Linear reads the weights (`packed_only`: k-major packs in place of them).
-double ProbeMatVec(const std::vector<at::Tensor>& pool, MatVec how, bool packed_only) {
-  at::NoGradGuard no_grad;
-  const at::ScalarType st = pool[0].scalar_type();
-  const bool q8 = pdserve::IsQ8(pool[0]);  // only the engine's Linear takes Q8_0
-  if ((q8 || packed_only) && how != MatVec::kEngine) return std::nan("");
-  const int64_t K = q8 ? pool[0].size(1) / pdserve::kQ8BlockBytes * pdserve::kQ8Block : pool[0].size(1);
-  const at::Tensor x = at::randn({1, K}, at::kFloat);
-  const at::Tensor xs = x.to(st), xv = xs.view({-1});
-  auto call = [&](const at::Tensor& w) {
-    switch (how) {
-      case MatVec::kEngine:
-        (void)pdserve::Linear(x, w);
-        break;
-      case MatVec::kAtLinear:
-        (void)at::linear(xs, w);
-        break;
-      case MatVec::kAtMv:
-        (void)at::mv(w, xv);
-        break;
-    }
-  };
-  for (size_t i = 0; i < std::min<size_t>(3, pool.size()); ++i) call(pool[i]);  // warm up code paths
-  int64_t calls = 0;
-  const auto t0 = Clock::now();
-  while (calls < static_cast<int64_t>(pool.size()) || calls < 5 || (calls < 5000 && MsSince(t0) < 300.0)) {
-    call(pool[calls % pool.size()]);
-    ++calls;
-  }
-  return MsSince(t0) / static_cast<double>(calls);
-}
 
 
 // ---- Options: the flags, checked (bad values exit 2).
@@ -399,47 +285,6 @@ LoadMemory SampleLoadMemory() {
   m.peak_through_load = PeakRssMb();
   m.peak_reset = ResetPeakRss();
   return m;
-}
-
-// The BLAS and other math libraries mapped into the process.
-void PrintMappedBlas() {
-  const auto blas = MappedLibraries({"blas"});
-  std::string kind = "none found";
-  for (const std::string& p : blas) {
-    std::string lower = p;
-    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    // openblas-*/libblas.so.3 is OpenBLAS; blas/libblas.so.3 is the reference netlib build.
-    if (lower.find("openblas") != std::string::npos) {
-      kind = "OpenBLAS";
-    } else if (kind != "OpenBLAS" && lower.find("mkl") != std::string::npos) {
-      kind = "MKL";
-    } else if (kind == "none found") {
-      kind = "reference netlib BLAS";
-    }
-  }
-  std::printf("BLAS loaded (/proc/self/maps): %s: %s\n", kind.c_str(), absl::StrJoin(blas, ", ").c_str());
-  std::printf("other math libs loaded: %s\n",
-              absl::StrJoin(MappedLibraries({"lapack", "dnnl", "mkl", "gomp", "iomp"}), ", ").c_str());
-}
-
-// at::show_config(): all of it, or the lines that say which BLAS/LAPACK/oneDNN
-// the build uses.
-void PrintShowConfig(bool full) {
-  const std::string cfg = at::show_config();
-  if (full) {
-    std::printf("at::show_config():\n%s\n", cfg.c_str());
-    return;
-  }
-  std::istringstream ss(cfg);
-  std::string line;
-  std::printf("at::show_config() (excerpt; --show-config for all):\n");
-  while (std::getline(ss, line)) {
-    if (line.find("BLAS") != std::string::npos || line.find("LAPACK") != std::string::npos ||
-        line.find("MKL") != std::string::npos || line.find("OpenMP") != std::string::npos ||
-        line.find("CPU capability") != std::string::npos) {
-      std::printf("%s\n", line.substr(0, std::min<size_t>(line.size(), 160)).c_str());
-    }
-  }
 }
 
 // The header: the model, its load, threads, libtorch, CPU and BLAS.
@@ -642,69 +487,6 @@ NoCacheRun RunNoCache(const pdserve::Engine& engine, const std::vector<int64_t>&
   return run;
 }
 
-// ---- Matrix-vector probe: each weight shape alone (cold, round-robin over
-// every layer's/expert's copy), through the engine's pdserve::Linear, at::linear
-// and at::mv, and the sum over one decode step's products.
-struct Probe {
-  std::string what;
-  std::vector<at::Tensor> pool;
-  double per_step;  // calls per decode step
-  double ms_linear = 0, ms_at_linear = 0, ms_mv = 0;
-};
-
-struct ProbeSums {
-  double linear = 0, at_linear = 0, mv = 0;  // ms of one token's products
-};
-
-// The [rows, K] matrix that starts where `first` (a contiguous view of its
-// first rows, or of one expert of a stack) starts: the fused q|kv or gate|up
-// the engine multiplies, rebuilt from the per-projection views.
-at::Tensor Fused(const at::Tensor& first, int64_t rows) {
-  return first.as_strided({rows, first.size(1)}, {first.size(1), 1}, first.storage_offset());
-}
-
-// The matrices in the shapes a decode step multiplies (Transformer fuses
-// q|kv and each expert's gate|up at load).
-std::vector<Probe> CollectProbes(const pdserve::Engine& engine) {
-  const pdserve::ModelConfig& c = engine.config();
-  const pdserve::ModelWeights& W = engine.model().weights();
-  const double nl = static_cast<double>(c.n_layers);
-  const double mlps = static_cast<double>(c.top_k + c.n_shared_experts);
-  const int64_t qkv_rows = W.layers[0].q_proj.size(0) + W.layers[0].kv_proj.size(0);
-  const int64_t F = W.layers[0].gate_proj.size(1);
-  Probe qkv{"attn q|kv", {}, nl}, o{"attn o_proj", {}, nl}, router{"moe router (fp32)", {}, nl},
-      gate_up{"mlp gate|up", {}, mlps * nl}, down{"mlp down", {}, mlps * nl};
-  for (const pdserve::LayerWeights& L : W.layers) {
-    qkv.pool.push_back(Fused(L.q_proj, qkv_rows));
-    o.pool.push_back(L.o_proj);
-    router.pool.push_back(L.router);
-    for (int64_t e = 0; e < c.n_experts; ++e) {
-      gate_up.pool.push_back(Fused(L.gate_proj.select(0, e), 2 * F));
-      down.pool.push_back(L.down_proj.select(0, e));
-    }
-  }
-  return {qkv, o, router, gate_up, down, {"head (tied)", {c.tie_embeddings ? W.embed : W.head}, 1}};
-}
-
-ProbeSums TimeProbes(const pdserve::Engine& engine, std::vector<Probe>* probes) {
-  // The engine's kernels as a decode step runs them: with the model's k-major
-  // packs in scope under --bf16-matmul kmajor (Transformer::Forward does the same).
-  const pdserve::KMajorPacks* packs = engine.model().kmajor_packs();
-  const pdserve::ScopedKMajorPacks kmajor(packs);
-  ProbeSums sums;
-  for (Probe& p : *probes) {
-    const bool packed_only =
-        packs != nullptr && packs->holds_only_copies() && p.pool[0].scalar_type() == at::kBFloat16;
-    p.ms_linear = ProbeMatVec(p.pool, MatVec::kEngine, packed_only);
-    p.ms_at_linear = ProbeMatVec(p.pool, MatVec::kAtLinear, packed_only);
-    p.ms_mv = ProbeMatVec(p.pool, MatVec::kAtMv, packed_only);
-    sums.linear += p.ms_linear * p.per_step;
-    sums.at_linear += p.ms_at_linear * p.per_step;
-    sums.mv += p.ms_mv * p.per_step;
-  }
-  return sums;
-}
-
 // ---- The report.
 
 void WriteCsv(const std::string& csv, const std::vector<Row>& rows) {
@@ -786,30 +568,6 @@ void PrintMemory(const Options& o, const LoadMemory& mem, const StepLog& log, co
   }
   std::printf("KV cache after %lld positions: used %.2f MiB, allocated %.2f MiB\n",
               static_cast<long long>(o.prompt_len + o.max_new), run.kv_used / 1048576.0, run.kv_alloc / 1048576.0);
-}
-
-void PrintProbes(const std::vector<Probe>& probes, const ProbeSums& sums, const std::vector<double>& step_ms) {
-  std::printf(
-      "\nmatrix-vector probe (one row, weights cold: round-robin over all copies of the shape; mean ms and GB/s\n"
-      "of weight bytes): pdserve::Linear (the engine's kernels, on the k-major packs under --bf16-matmul kmajor),\n"
-      "at::linear and at::mv in the weight's dtype. A pool (all copies, MB) that fits the L3 reads partly from\n"
-      "cache, unlike a decode step, which streams every other weight between two uses of one.\n");
-  std::printf("  %-18s %-13s %5s %5s %7s %9s %6s %10s %6s %9s %6s\n", "weight", "shape", "dtype", "/tok", "pool MB",
-              "engine", "GB/s", "at::linear", "GB/s", "at::mv", "GB/s");
-  for (const Probe& p : probes) {
-    const at::Tensor& w = p.pool[0];
-    const double mb = static_cast<double>(w.numel() * w.element_size()) / 1e6;
-    std::printf("  %-18s %-13s %5s %5.0f %7.0f %9.3f %6.2f %10.3f %6.2f %9.3f %6.2f\n", p.what.c_str(),
-                absl::StrCat("[", absl::StrJoin(w.sizes(), ","), "]").c_str(),
-                pdserve::IsQ8(w) ? "int8" : w.scalar_type() == at::kBFloat16 ? "bf16" : "f32", p.per_step,
-                mb * static_cast<double>(p.pool.size()), p.ms_linear, mb / p.ms_linear,
-                p.ms_at_linear, mb / p.ms_at_linear, p.ms_mv, mb / p.ms_mv);
-  }
-  const double mean_step = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / static_cast<double>(step_ms.size());
-  std::printf(
-      "  one token's products: engine %.2f ms (%.0f%% of the mean cached step, %.2f ms), at::linear %.2f ms, "
-      "at::mv %.2f ms\n",
-      sums.linear, 100.0 * sums.linear / mean_step, mean_step, sums.at_linear, sums.mv);
 }
 
 }  // namespace
