@@ -59,18 +59,7 @@ ABSL_FLAG(bool, show_config, false, "Print the full at::show_config() text.");
 
 namespace {
 
-using pdserve::bench::CollectProbes;
-using pdserve::bench::CpuFlags;
-using pdserve::bench::CurrentRssMb;
-using pdserve::bench::MeasureReadBandwidth;
-using pdserve::bench::PeakRssMb;
-using pdserve::bench::PrintMappedBlas;
-using pdserve::bench::PrintProbes;
-using pdserve::bench::PrintShowConfig;
-using pdserve::bench::Probe;
-using pdserve::bench::ProbeSums;
-using pdserve::bench::ResetPeakRss;
-using pdserve::bench::TimeProbes;
+using namespace pdserve::bench;  // NOLINT(build/namespaces): host_report.h, matvec_probe.h
 
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
