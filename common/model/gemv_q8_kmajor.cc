@@ -266,6 +266,9 @@ void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, co
                      int64_t n0, int64_t n1, float* y, int64_t ldy, GemvIsa isa) {
   n1 = std::min(n1, N);
   if (M <= 0 || n0 >= n1) return;
+  // One row of x is a plain stream of the pack: AVX2's pass (four lines, no
+  // vpdpbusd chain) keeps it at least as fast, and the bits are the same.
+  if (M == 1 && isa == GemvIsa::kAvx512) isa = GemvIsa::kAvx2;
   const int64_t nb = K / kQ8Block;
   thread_local std::vector<int32_t> bias;  // reused: no allocation per call
   if (isa == GemvIsa::kAvx512) {           // the AVX2 build needs no bias

@@ -61,8 +61,11 @@ void PackQ8KMajor(const uint8_t* W, int64_t N, int64_t K, int64_t g0, int64_t g1
 // from W's pack P; xq [M, K] (values in [-127, 127]) and xs [M, K/32] as
 // QuantizeRowsQ8 (gemv_q8.h) writes them. Without `isa`: GemvQ8DotIsa()
 // (gemv_q8.h). Call only where GemvQ8Available(), and with kAvx512 only
-// where GemvQ8VnniAvailable(). Callers split [n0, n1) at multiples of 32
-// for speed (a group cut by a split is computed by both sides).
+// where GemvQ8VnniAvailable(). M == 1 runs the AVX2 build under kAvx512
+// too (the same bits; a single stream that build keeps at least as fast:
+// batch-1 int8 decode +11% median on a Zen 4, docs/benchmarks.md §7).
+// Callers split [n0, n1) at multiples of 32 for speed (a group cut by a
+// split is computed by both sides).
 void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
                      int64_t n0, int64_t n1, float* y, int64_t ldy);
 void GemvQ8KMajorDot(const int8_t* xq, const float* xs, int64_t M, int64_t K, const uint8_t* P, int64_t N,
