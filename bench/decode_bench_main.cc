@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_clock.h"
 #include "bench/host_report.h"
 #include "bench/matvec_probe.h"
 #include "common/cli/cli_util.h"
@@ -59,10 +60,8 @@ ABSL_FLAG(bool, show_config, false, "Print the full at::show_config() text.");
 
 namespace {
 
-using namespace pdserve::bench;  // NOLINT(build/namespaces): host_report.h, matvec_probe.h
+using namespace pdserve::bench;  // NOLINT(build/namespaces): bench_clock.h, host_report.h, matvec_probe.h
 
-using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;

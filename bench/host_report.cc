@@ -15,16 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_clock.h"
 #include "common/model/huge_page_arena.h"
 
 namespace pdserve::bench {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-}  // namespace
 
 double CurrentRssMb() {
   std::ifstream f("/proc/self/statm");

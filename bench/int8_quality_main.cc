@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "bench/bench_clock.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
@@ -36,9 +37,9 @@ double TimeLinear(const at::Tensor& x, const std::vector<at::Tensor>& pool, pdse
     return pdserve::IsQ8(w) ? pdserve::LinearQ8(x, w, kernel) : pdserve::Linear(x, w);
   };
   call(pool[0]);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = pdserve::bench::Clock::now();
   for (const at::Tensor& w : pool) call(w);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / pool.size();
+  return pdserve::bench::MsSince(t0) / pool.size();
 }
 
 void MatvecBench(const pdserve::ModelConfig& c, const std::vector<int64_t>& rows_list) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_clock.h"
 #include "common/engine/engine.h"
 #include "common/model/gemv_q8.h"
 #include "common/model/kmajor_packs.h"
@@ -20,9 +21,6 @@
 namespace pdserve::bench {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Ways to multiply one row by a weight matrix.
 enum class MatVec {

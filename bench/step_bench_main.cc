@@ -20,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_clock.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
@@ -37,7 +38,8 @@ ABSL_FLAG(bool, alternate_kmajor, false,
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using pdserve::bench::Clock;
+using pdserve::bench::MsSince;
 
 // Bytes of the weights one step over `batch` must read: everything but the
 // experts, plus each expert some row of the batch routed to (counted as all
@@ -74,7 +76,7 @@ double TimeSteps(const pdserve::Engine& e, int64_t b, int64_t steps, int64_t pro
     if (!logits.ok()) pdserve::Die(logits.status(), 1);
     for (int64_t i = 0; i < b; ++i) tokens[i] = e.Sample((*logits)[i], {}, static_cast<uint64_t>(s + 1));
   }
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+  return MsSince(t0) / steps;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_clock.h"
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
@@ -44,8 +45,8 @@ ABSL_FLAG(std::string, csv_out, "", "Also write the table (medians, one row per 
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using pdserve::bench::Clock;
+using pdserve::bench::MsSince;
 double NsToMs(double ns) { return ns / 1e6; }
 
 double Median(std::vector<double> v) {
