@@ -200,7 +200,9 @@ inline float HalfToFloat(const uint8_t* p) {
 // not hold the fp32 sums and the block's int32 sums of MR rows × 2 halves a
 // group, beside a line per half). One row of x takes one group per pass:
 // one DRAM stream, which a thread reads faster than two or four
-// interleaved ones (docs/benchmarks.md §7).
+// interleaved ones (docs/benchmarks.md §7). A lone row (M == 1) runs the
+// AVX2 build instead (GemvQ8KMajorDot); Pass<1, 2> takes the row left
+// over past a multiple of kMaxRows (M = 7, 13, ...).
 const PassFn kPasses[kMaxRows + 1][3] = {{},
                                          {nullptr, Pass<1, 2>},
                                          {nullptr, Pass<2, 2>, Pass<2, 4>},
