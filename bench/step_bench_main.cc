@@ -30,6 +30,10 @@
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
 ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");
 ABSL_FLAG(int64_t, prompt_len, 16, "Prompt tokens of each sequence.");
+ABSL_FLAG(double, temperature, 0.0,
+          "Sampling temperature of every sequence (0: greedy); with --top-p, times what a decode worker's step pays "
+          "for non-greedy requests. Each step samples all rows with Engine::SampleRows, as the decode worker does.");
+ABSL_FLAG(double, top_p, 1.0, "Nucleus mass of every sequence (1: all).");
 ABSL_FLAG(bool, alternate_kmajor, false,
           "With --bf16-matmul kmajor: time each batch size twice in a row, first with the row-major matrices "
           "(widen's decode kernels) then with the k-major packs, in this one process: a comparison that a noisy "
@@ -55,7 +59,8 @@ double StepWeightBytes(const pdserve::ModelConfig& c, int64_t batch, double elem
 
 // B sequences with short prompts, then ms per step of `steps` batched
 // decode steps (after 2 untimed ones). Dies on an engine error.
-double TimeSteps(const pdserve::Engine& e, int64_t b, int64_t steps, int64_t prompt_len) {
+double TimeSteps(const pdserve::Engine& e, int64_t b, int64_t steps, int64_t prompt_len,
+                 const pdserve::SamplingParams& sampling) {
   const pdserve::ModelConfig& c = e.config();
   std::vector<std::unique_ptr<pdserve::Sequence>> seqs;
   std::vector<pdserve::Sequence*> ptrs;
@@ -67,14 +72,17 @@ double TimeSteps(const pdserve::Engine& e, int64_t b, int64_t steps, int64_t pro
     auto logits = e.Prefill(seqs.back().get(), prompt);
     if (!logits.ok()) pdserve::Die(logits.status(), 1);
     ptrs.push_back(seqs.back().get());
-    tokens.push_back(e.Sample(*logits, {}, 0));
+    tokens.push_back(e.Sample(*logits, sampling, 0));
   }
+  std::vector<pdserve::SamplingParams> params(static_cast<size_t>(b), sampling);
+  std::vector<uint64_t> draw(static_cast<size_t>(b));
   Clock::time_point t0;
   for (int64_t s = 0; s < steps + 2; ++s) {
     if (s == 2) t0 = Clock::now();
     auto logits = e.DecodeStep(ptrs, tokens);
     if (!logits.ok()) pdserve::Die(logits.status(), 1);
-    for (int64_t i = 0; i < b; ++i) tokens[i] = e.Sample((*logits)[i], {}, static_cast<uint64_t>(s + 1));
+    std::fill(draw.begin(), draw.end(), static_cast<uint64_t>(s + 1));
+    tokens = e.SampleRows(*logits, params, draw);
   }
   return MsSince(t0) / steps;
 }
@@ -86,7 +94,8 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-step-bench: batched decode step time of the Engine against batch size.\n"
                    "Usage: pdserve-step-bench --model DIR [--weights-dtype f32|bf16|int8] [--batch-sizes 1,2,4,8,16,32]\n"
-                   "       [--steps 16] [--prompt-len 16] [--threads 0] [--bf16-matmul kmajor [--alternate-kmajor]]");
+                   "       [--steps 16] [--prompt-len 16] [--threads 0] [--bf16-matmul kmajor [--alternate-kmajor]]\n"
+                   "       [--temperature 0 [--top-p 1]]");
   auto flags = pdserve::EngineFlagsFromCommandLine();
   if (!flags.ok()) pdserve::Die(flags.status(), 2);
   const pdserve::EngineOptions& eo = flags->options;
@@ -94,6 +103,12 @@ int main(int argc, char** argv) {
   if (!sizes.ok() || sizes->empty()) pdserve::Die("--batch-sizes must be a list of positive integers", 2);
   const int64_t steps = absl::GetFlag(FLAGS_steps), prompt_len = absl::GetFlag(FLAGS_prompt_len);
   if (steps < 1 || prompt_len < 1) pdserve::Die("--steps and --prompt-len must be >= 1", 2);
+  pdserve::SamplingParams sampling;
+  sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  if (!(sampling.temperature >= 0 && sampling.top_p > 0 && sampling.top_p <= 1)) {
+    pdserve::Die("--temperature must be >= 0 and --top-p in (0, 1]", 2);
+  }
   // Hiding the packs needs the row-major matrices they would replace.
   if (absl::GetFlag(FLAGS_alternate_kmajor)) pdserve::SetKMajorKeepsRowMajor(true);
   auto engine = pdserve::Engine::Load(flags->model_dir, eo);
@@ -105,8 +120,11 @@ int main(int argc, char** argv) {
                       : eo.weights_dtype == pdserve::WeightsDtype::kInt8 ? 34.0 / 32.0
                                                                          : 4.0;
 
-  std::printf("%s, %s weights, %d threads, %lld steps per point\n", c.name.c_str(),
-              absl::GetFlag(FLAGS_weights_dtype).c_str(), at::get_num_threads(), static_cast<long long>(steps));
+  std::printf("%s, %s weights, %d threads, %lld steps per point, %s\n", c.name.c_str(),
+              absl::GetFlag(FLAGS_weights_dtype).c_str(), at::get_num_threads(), static_cast<long long>(steps),
+              sampling.temperature > 0 ? absl::StrFormat("temperature %g, top_p %g", sampling.temperature,
+                                                         sampling.top_p).c_str()
+                                       : "greedy");
   const bool alternate = absl::GetFlag(FLAGS_alternate_kmajor);
   std::printf("%5s %10s %10s %10s %12s %10s%s\n", "batch", "ms/step", "tok/s", "x batch 1", "weights MB", "GB/s",
               alternate ? "  kernels" : "");
@@ -114,7 +132,7 @@ int main(int argc, char** argv) {
   for (int64_t b : *sizes) {
     for (int pass = 0; pass < (alternate ? 2 : 1); ++pass) {
       if (alternate) pdserve::SetKMajorPacksInUse(pass == 1);
-      const double ms = TimeSteps(e, b, steps, prompt_len);
+      const double ms = TimeSteps(e, b, steps, prompt_len, sampling);
       const double tps = 1000.0 * b / ms;
       if (base == 0) base = tps;
       const double bytes = StepWeightBytes(c, b, elem);

@@ -493,10 +493,16 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     last_batch_ = static_cast<uint32_t>(batch.size());
     max_batch_seen_ = std::max(max_batch_seen_, last_batch_);
   }
+  std::vector<SamplingParams> sampling;
+  std::vector<uint64_t> draw;  // each sequence's n: its tokens so far
+  for (const auto& e : batch) {
+    sampling.push_back(e->sampling);
+    draw.push_back(static_cast<uint64_t>(e->generated));
+  }
+  const std::vector<int64_t> sampled = engine_->SampleRows(*logits, sampling, draw);
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto& e = batch[i];
-    const int64_t tok = engine_->Sample((*logits)[static_cast<int64_t>(i)], e->sampling,
-                                        static_cast<uint64_t>(e->generated));
+    const int64_t tok = sampled[i];
     absl::MutexLock lock(&mu_);
     if (e->state != Entry::State::kRunning) continue;  // cancelled during the step
     e->last_token = tok;

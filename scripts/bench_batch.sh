@@ -6,7 +6,8 @@
 # Usage: scripts/bench_batch.sh MODEL_DIR WEIGHTS_DTYPE OUTPUT_LEN "1 2 4 8 16 32" OUT.json
 # WORKER_ARGS (environment): more flags for both workers, e.g.
 # WORKER_ARGS="--bf16-matmul dot". PREFILL_ARGS: more flags for the prefill
-# worker only, e.g. PREFILL_ARGS="--prefill-batch-tokens 0". WAVES: prompts per
+# worker only, e.g. PREFILL_ARGS="--prefill-batch-tokens 0". BENCH_ARGS: more
+# flags for pdserve-bench, e.g. BENCH_ARGS="--temperature 1". WAVES: prompts per
 # run in multiples of B (default 2).
 set -euo pipefail
 M=$1; WD=$2; OUT_LEN=$3; BATCHES=$4; JSON=$5
@@ -25,7 +26,7 @@ echo "[" >"$JSON"
 first=1
 for b in $BATCHES; do
   $B/bench/pdserve-bench --router 127.0.0.1:50363 --concurrency "$b" --num-prompts $((${WAVES:-2} * b)) --warmup 1 \
-    --input-len 16 --output-len "$OUT_LEN" --json-out /tmp/bb_$b.json >/dev/null 2>&1
+    --input-len 16 --output-len "$OUT_LEN" --json-out /tmp/bb_$b.json ${BENCH_ARGS:-} >/dev/null 2>&1
   [ $first = 1 ] || echo "," >>"$JSON"
   first=0
   /usr/bin/python3 -c "import json,sys; d=json.load(open('/tmp/bb_$b.json')); d['batch']=$b; print(json.dumps(d))" >>"$JSON"

@@ -117,6 +117,21 @@ TEST_F(EngineTest, CachedEqualsNoCacheSeededSampling) {
   }
 }
 
+// SampleRows spreads a batch's rows over the threads; each row must draw
+// what Sample draws from it alone, with its own params and n.
+TEST_F(EngineTest, SampleRowsDrawsWhatSampleDrawsPerRow) {
+  const int64_t B = 6, V = engine_->config().vocab_size;
+  const at::Tensor logits = at::randn({B, V}, at::TensorOptions().dtype(at::kFloat)) * 3;
+  std::vector<SamplingParams> params = {SamplingParams{}, SamplingParams{1.0f, 1.0f, 0, 1},
+                                        SamplingParams{0.7f, 0.9f, 0, 2}, SamplingParams{0.9f, 1.0f, 40, 3},
+                                        SamplingParams{}, SamplingParams{1.3f, 0.5f, 0, 4}};
+  const std::vector<uint64_t> n = {0, 5, 1, 7, 3, 2};
+  const std::vector<int64_t> rows = engine_->SampleRows(logits, params, n);
+  ASSERT_EQ(rows.size(), static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r) EXPECT_EQ(rows[r], engine_->Sample(logits[r], params[r], n[r])) << "row " << r;
+  EXPECT_EQ(rows[0], logits[0].argmax().item<int64_t>());
+}
+
 // Chunks of 2 or more tokens take the fused prefill attention, whose bits
 // do not depend on the chunk (prefill_attention.h), and every product of
 // at most 32 rows the row kernels: a prompt prefilled in such chunks equals

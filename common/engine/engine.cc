@@ -18,6 +18,7 @@
 #include "common/model/cache_layout.h"
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_q8.h"
+#include "common/model/gemv_tiles.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
@@ -278,6 +279,18 @@ absl::StatusOr<at::Tensor> Engine::ForwardNoCache(const std::vector<int64_t>& id
 int64_t Engine::Sample(const at::Tensor& logits, const SamplingParams& params, uint64_t n) const {
   at::Tensor row = logits.to(at::kFloat).contiguous();
   return SampleToken(row.data_ptr<float>(), row.numel(), params, n);
+}
+
+std::vector<int64_t> Engine::SampleRows(const at::Tensor& logits, const std::vector<SamplingParams>& params,
+                                        const std::vector<uint64_t>& n) const {
+  const at::Tensor rows = logits.to(at::kFloat).contiguous();
+  const int64_t B = rows.size(0), V = rows.size(1);
+  std::vector<int64_t> out(static_cast<size_t>(B));
+  const float* l = rows.data_ptr<float>();
+  ForEachChunk(B, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) out[r] = SampleToken(l + r * V, V, params[r], n[r]);
+  });
+  return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> Engine::Generate(const GenerateRequest& req,

@@ -124,6 +124,12 @@ class Engine {
   // The n-th token from a logits row [V].
   int64_t Sample(const at::Tensor& logits, const SamplingParams& params, uint64_t n) const;
 
+  // One token per row of logits [B, V]: row i drawn with params[i] as the
+  // n[i]-th token, each exactly Sample's, the rows spread over the decode
+  // threads (a temperature draw over 128k ids is ~1.5 ms of serial work).
+  std::vector<int64_t> SampleRows(const at::Tensor& logits, const std::vector<SamplingParams>& params,
+                                  const std::vector<uint64_t>& n) const;
+
  private:
   Engine(ModelWeights weights, const EngineOptions& options);
   // One forward of PrefillBatch over jobs[group]; fills (*out)[group].
