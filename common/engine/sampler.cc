@@ -46,10 +46,10 @@ struct SamplerScratch {
 // equal widths in log p, however narrow the distribution); anything smaller
 // shares the last bucket.
 //
-// The partial sorts of the whole vocabulary this replaced cost 3.5-34 ms a
+// The partial sorts of the whole vocabulary this replaced cost 3.3-33 ms a
 // token at 128k ids with temperature 1 or top_p 0.9 (a flat distribution
 // walks far into the order); this costs a few linear passes plus the
-// buckets the walk reaches: 1.4-4.6 ms (docs/benchmarks.md §5).
+// buckets the walk reaches: 1.2-4.5 ms (docs/benchmarks.md §5).
 class SortedByProbability {
  public:
   static constexpr int64_t kBuckets = 4096;
