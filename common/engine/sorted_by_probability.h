@@ -31,7 +31,7 @@ struct ProbabilitySortScratch {
 // (about equal widths in log p, however narrow the distribution); anything
 // smaller shares the last bucket.
 //
-// Whole-vocabulary partial sorts, which this replaced, cost 3.3-33 ms a
+// Whole-vocabulary partial sorts, which this replaced, cost 2.2-34 ms a
 // draw at 128k ids with temperature 1 or top_p 0.9 (a flat distribution
 // walks far into the order); this costs a few linear passes plus the
 // buckets a draw reaches (docs/benchmarks.md §5).
