@@ -35,9 +35,11 @@ SortedByProbability::SortedByProbability(const double* p, int64_t vocab, double 
   }
   for (int64_t b = kBuckets; b > 0; --b) start_[b] = start_[b - 1];
   start_[0] = 0;
-  // The ordered sums and those through mass_ (another order) each lie
-  // within (terms - 1) * 2^-53 of the exact sum of probabilities <= 1 + 2^-40;
-  // the slack is 32 times the two bounds together.
+  // A sum of n nonnegative terms, added in any order or tree, lies within
+  // about n * 2^-53 of their exact sum (here ~1: the probabilities sum to
+  // 1 within vocab * 2^-53). The ordered sums add at most vocab terms, those
+  // through mass_ at most vocab + kBuckets; the slack is 32 times the two
+  // bounds together.
   slack_ = std::ldexp(static_cast<double>(2 * vocab + kBuckets), -48);
 }
 
