@@ -8,14 +8,13 @@
 //
 // Prints ms per draw (mean over DRAWS draws, n = 0..DRAWS-1) and a checksum
 // of the drawn ids, which must not change when the sampler gets faster.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "bench/bench_clock.h"
 #include "common/engine/sampler.h"
 
 namespace pdserve {
@@ -62,9 +61,9 @@ int Main(int argc, char** argv) {
     for (float& l : logits) l = dist(rng);
     for (const Setting& s : settings) {
       int64_t checksum = 0;
-      const auto t0 = std::chrono::steady_clock::now();
+      const bench::Clock::time_point t0 = bench::Clock::now();
       for (int64_t n = 0; n < draws; ++n) checksum += SampleToken(logits.data(), vocab, s.params, n);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = bench::MsSince(t0);
       std::printf("%8.2f  %-16s %10.3f %12lld\n", sigma, s.name, ms / draws, static_cast<long long>(checksum));
     }
   }
