@@ -38,6 +38,7 @@ class GrpcBackend : public Backend {
     v1::SamplingParams* s = g.mutable_sampling();
     s->set_max_new_tokens(static_cast<uint32_t>(req.max_tokens));
     s->set_temperature(req.temperature);
+    s->set_top_p(req.top_p);
     s->set_seed(req.seed);
     s->set_ignore_eos(req.ignore_eos);
 
@@ -200,6 +201,7 @@ class OpenAiBackend : public Backend {
             {"prompt", req.prompt_ids},
             {"max_tokens", req.max_tokens},
             {"temperature", std::max(0.0f, req.temperature)},
+            {"top_p", req.top_p},
             {"seed", req.seed},
             {"ignore_eos", req.ignore_eos},
             {"stream", true},

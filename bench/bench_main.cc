@@ -75,6 +75,7 @@ ABSL_FLAG(std::string, json_out, "", "Also write the report as JSON to this file
 ABSL_FLAG(bool, save_requests, false, "With --json-out: include every measured request's record.");
 ABSL_FLAG(double, deadline_s, 0, "Deadline of each request in seconds; 0 = none.");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; <= 0 is greedy (request i uses sampling seed i).");
+ABSL_FLAG(float, top_p, 1.0f, "Nucleus mass of every request, in (0, 1]; 1 keeps every token.");
 ABSL_FLAG(bool, ignore_eos, true,
           "Generate exactly the output length, past eos (--noignore_eos lets eos end a request early).");
 
@@ -93,6 +94,7 @@ struct Options {
   uint64_t seed = 0;
   double deadline_s = 0;
   float temperature = 0;
+  float top_p = 1;
   bool ignore_eos = true;
 };
 
@@ -118,6 +120,7 @@ void RunRequest(Backend* backend, const Options& opt, Clock::time_point run_star
   req.prompt_ids = pdserve::bench::PromptIds(r->lengths.input, opt.vocab_size, r->prompt_seed, r->index);
   req.max_tokens = r->lengths.output;
   req.temperature = opt.temperature;
+  req.top_p = opt.top_p;
   req.seed = static_cast<uint64_t>(r->index);
   req.ignore_eos = opt.ignore_eos;
   req.deadline_s = opt.deadline_s;
@@ -378,6 +381,8 @@ RunConfig ParseRunConfig() {
   opt.seed = absl::GetFlag(FLAGS_seed);
   opt.deadline_s = absl::GetFlag(FLAGS_deadline_s);
   opt.temperature = absl::GetFlag(FLAGS_temperature);
+  opt.top_p = absl::GetFlag(FLAGS_top_p);
+  if (!(opt.top_p > 0 && opt.top_p <= 1)) Die("--top-p must be in (0, 1]", 2);
   opt.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   c.router = absl::GetFlag(FLAGS_router);
   c.backend.name = absl::GetFlag(FLAGS_backend);
@@ -610,7 +615,7 @@ int main(int argc, char** argv) {
       "       [--concurrency N] [--request-rate R|inf]\n"
       "       [--input-len N | --input-len-range LO:HI] [--output-len N | --output-len-range LO:HI]\n"
       "       [--lengths-file FILE] [--vocab-size V] [--goodput ttft:MS tpot:MS e2el:MS]\n"
-      "       [--warmup N] [--json-out FILE [--save-requests]] [--deadline-s S] [--temperature T]\n"
+      "       [--warmup N] [--json-out FILE [--save-requests]] [--deadline-s S] [--temperature T] [--top-p P]\n"
       "Arrivals: --concurrency N alone is a closed loop of N streams; --request-rate R sends Poisson\n"
       "arrivals at R req/s (seeded; inf = all at once), capped at --concurrency in flight when both are\n"
       "given. Prompts are token ids, uniform in [0, --vocab-size), a function of (--seed, request index);\n"

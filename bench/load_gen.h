@@ -184,6 +184,7 @@ struct BackendRequest {
   std::vector<uint32_t> prompt_ids;
   int64_t max_tokens = 0;
   float temperature = 0;  // <= 0: greedy
+  float top_p = 1;        // the nucleus mass; 1 keeps every id
   uint64_t seed = 0;
   bool ignore_eos = true;
   double deadline_s = 0;  // 0 = none

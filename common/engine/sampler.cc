@@ -1,10 +1,10 @@
 #include "common/engine/sampler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <vector>
 
+#include "common/engine/softmax.h"
 #include "common/engine/sorted_by_probability.h"
 
 namespace pdserve {
@@ -33,31 +33,27 @@ int64_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& pa
   thread_local std::vector<double> p;  // per thread: a 128k vocabulary needs ~1 MB a call
   thread_local ProbabilitySortScratch scratch;
 
-  // softmax(logits / temperature) in double.
-  const double t = params.temperature;
+  // softmax(logits / temperature) in double. Non-finite logits (a NaN, or
+  // +inf) leave no distribution to draw from: take the argmax, as greedy
+  // does.
   p.resize(vocab);
-  double max_l = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) max_l = std::max(max_l, p[i] = static_cast<double>(logits[i]) / t);
-  double z = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    p[i] = std::exp(p[i] - max_l);
-    z += p[i];
-  }
-  // Non-finite logits (a NaN, or +inf) leave no distribution to draw from:
-  // take the argmax, as greedy does.
-  if (!std::isfinite(z)) return Argmax(logits, vocab);
-  double max_p = 0.0, min_p = 1.0;
-  for (double& x : p) {
-    x /= z;
-    max_p = std::max(max_p, x);
-    min_p = std::min(min_p, x);
-  }
+  SoftmaxExtremes extremes;
+  if (!SoftmaxDouble(logits, vocab, params.temperature, p.data(), &extremes)) return Argmax(logits, vocab);
+  const double max_p = extremes.max_p, min_p = extremes.min_p;
 
   // Candidates sorted by probability, descending, ties to the lower id. Only
   // a prefix is ever read, so the order is built as far as it is read.
   const int64_t k = (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
   const bool nucleus = params.top_p > 0.0f && params.top_p < 1.0f;
-  SortedByProbability order(p.data(), vocab, max_p, min_p, /*with_masses=*/k == vocab && !nucleus, &scratch);
+  SortedByProbability order(p.data(), vocab, max_p, min_p, /*with_masses=*/k == vocab, &scratch);
+
+  // Without top_k the draw needs the order only where its sums cross top_p
+  // and u, unless one lies within rounding of a crossing.
+  const double u = CounterUniform(params.seed, n);
+  if (k == vocab) {
+    const std::optional<int64_t> id = nucleus ? order.DrawNucleus(params.top_p, u) : order.DrawUntruncated(u);
+    if (id) return *id;
+  }
 
   // Top-k renormalisation.
   double kept_mass = 1.0;
@@ -83,10 +79,7 @@ int64_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& pa
   }
 
   // Inverse CDF over the sorted candidates: the first whose cumulative
-  // probability exceeds u. Without truncation DrawUntruncated finds it
-  // sorting one bucket, unless u sits within rounding of a crossing.
-  const double u = CounterUniform(params.seed, n);
-  if (const std::optional<int64_t> id = order.DrawUntruncated(u)) return *id;
+  // probability exceeds u.
   double cum = 0.0;
   for (int64_t i = 0; i < m; ++i) {
     cum += p[order.At(i)] / kept_mass / mass;
