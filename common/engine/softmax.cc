@@ -63,17 +63,13 @@ void ExpTail(double* p, int64_t begin, int64_t vocab, double max_x, double* lane
   }
 }
 
-bool Finish(double* p, int64_t begin, int64_t vocab, const double* lanes, double min_e, double max_e,
-            SoftmaxExtremes* extremes) {
-  const double z = SumLanes(lanes);
-  if (!std::isfinite(z)) return false;
+// Pass 3 for ids [begin, vocab): p_i = e_i / z, and the extremes.
+void Divide(double* p, int64_t begin, int64_t vocab, double z, double min_e, double max_e, SoftmaxExtremes* extremes) {
   for (int64_t i = begin; i < vocab; ++i) p[i] /= z;
   // Division by z > 0 is monotone, so these are p's own extremes.
   extremes->max_p = max_e / z;
   extremes->min_p = min_e / z;
-  return true;
 }
-
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -135,7 +131,8 @@ bool SoftmaxAvx2(const float* logits, int64_t vocab, double t, double* p, Softma
   if (!std::isfinite(z)) return false;
   const __m256d zv = _mm256_set1_pd(z);
   for (int64_t i = 0; i < full; i += 4) _mm256_storeu_pd(p + i, _mm256_div_pd(_mm256_loadu_pd(p + i), zv));
-  return Finish(p, full, vocab, lanes, min_e, max_e, extremes);
+  Divide(p, full, vocab, z, min_e, max_e, extremes);
+  return true;
 }
 
 #pragma GCC pop_options
@@ -165,7 +162,10 @@ bool SoftmaxDoublePortable(const float* logits, int64_t vocab, double t, double*
   double lanes[kLanes] = {};
   double min_e = INFINITY, max_e = 0.0;
   ExpTail(p, 0, vocab, max_x, lanes, &min_e, &max_e);
-  return Finish(p, 0, vocab, lanes, min_e, max_e, extremes);
+  const double z = SumLanes(lanes);
+  if (!std::isfinite(z)) return false;
+  Divide(p, 0, vocab, z, min_e, max_e, extremes);
+  return true;
 }
 
 bool SoftmaxDouble(const float* logits, int64_t vocab, double temperature, double* p, SoftmaxExtremes* extremes) {
