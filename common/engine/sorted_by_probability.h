@@ -19,7 +19,7 @@
 namespace pdserve {
 
 // The buffers a SortedByProbability works in: keep one per thread (a 128k
-// vocabulary needs ~1 MB).
+// vocabulary needs ~1.3 MB).
 struct ProbabilitySortScratch {
   std::vector<int64_t> ids, start, fill;
   std::vector<uint16_t> bucket;
@@ -57,9 +57,9 @@ class SortedByProbability {
   // The first id whose probability, summed in this order, exceeds u: the
   // draw when neither top_k nor top_p renormalised anything. Groups and
   // buckets the sum passes whole need no order: their masses, summed in a
-  // fixed order, stay within the rounding slack of the ordered sums, so only the
-  // group where the sum crosses u is placed and only the bucket where it
-  // crosses is sorted. nullopt when u lies within that slack of a
+  // fixed order, stay within the rounding slack of the ordered sums, so
+  // only the group where the sum crosses u is placed and only the bucket
+  // where it crosses is sorted. nullopt when u lies within that slack of a
   // crossing or past the total (then walk with At), or without with_masses.
   std::optional<int64_t> DrawUntruncated(double u);
 
@@ -71,7 +71,8 @@ class SortedByProbability {
   // At), or without with_masses.
   std::optional<int64_t> DrawNucleus(double top_p, double u);
 
-  // The bound DrawUntruncated keeps from every crossing.
+  // The bound the draws keep from every crossing (DrawNucleus's second
+  // crossing keeps three).
   double slack() const { return slack_; }
 
  private:
@@ -99,9 +100,9 @@ class SortedByProbability {
   int64_t Bucket(int64_t i) const;  // non-decreasing as p_[i] falls
 
   static constexpr uint8_t kPlaced = 1, kSorted = 2;
-  // DrawUntruncated's masses are summed per group of buckets while counting
-  // (a small array the counting pass keeps in L1), then per bucket inside
-  // the one group where the sum crosses u.
+  // The draws' masses are summed per group of buckets while counting (a
+  // small array the counting pass keeps in L1), then per bucket inside the
+  // one group where a sum crosses.
   static constexpr int64_t kGroupBuckets = 64;
   static constexpr int64_t kGroups = kBuckets / kGroupBuckets;
 
