@@ -128,7 +128,9 @@ TEST(SoftmaxTest, MaskedIdsGetZeroAndNonFiniteRowsAreRefused) {
     }
   }
   const std::vector<float> none(12, -INFINITY);
-  EXPECT_FALSE(SoftmaxDouble(none.data(), 12, 1.0, p.data(), &ex));
+  std::vector<double> q(none.size());
+  EXPECT_FALSE(SoftmaxDouble(none.data(), 12, 1.0, q.data(), &ex));
+  EXPECT_FALSE(SoftmaxDoublePortable(none.data(), 12, 1.0, q.data(), &ex));
 }
 
 }  // namespace
