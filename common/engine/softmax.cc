@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/base/casts.h"
+#include "common/util/cpu_features.h"
 
 // This file is compiled with -ffp-contract=off (common/CMakeLists.txt): a
 // multiply and an add the compiler fused in one path and not in the other
@@ -137,11 +138,6 @@ bool SoftmaxAvx2(const float* logits, int64_t vocab, double t, double* p, Softma
 
 #pragma GCC pop_options
 
-bool Avx2Available() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
-}
-
 }  // namespace
 
 double ExpNonPositive(double x) {
@@ -169,8 +165,10 @@ bool SoftmaxDoublePortable(const float* logits, int64_t vocab, double t, double*
 }
 
 bool SoftmaxDouble(const float* logits, int64_t vocab, double temperature, double* p, SoftmaxExtremes* extremes) {
-  return Avx2Available() ? SoftmaxAvx2(logits, vocab, temperature, p, extremes)
-                         : SoftmaxDoublePortable(logits, vocab, temperature, p, extremes);
+  // AVX2 + FMA, with the OS saving YMM state (cpu_features.h).
+  static const bool avx2 = IsaSupported(HostCpuFeatures(), Isa::kAvx2);
+  return avx2 ? SoftmaxAvx2(logits, vocab, temperature, p, extremes)
+              : SoftmaxDoublePortable(logits, vocab, temperature, p, extremes);
 }
 
 }  // namespace pdserve

@@ -68,7 +68,7 @@ void SortedByProbability::Count(bool with_masses) {
     const int64_t b = Bucket(i);
     bucket_[i] = static_cast<uint16_t>(b);
     ++start_[b + 1];
-    mass[i % 4][b / kGroupBuckets] += p_[i];
+    if (with_masses) mass[i % 4][b / kGroupBuckets] += p_[i];
   }
   for (int64_t g = 0; g < kGroups; ++g) group_mass_[g] = (mass[0][g] + mass[1][g]) + (mass[2][g] + mass[3][g]);
 }
