@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/handoff/crc32c.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -39,11 +38,6 @@ TEST(KvHeaderWireTest, DomainHeaderRoundTrips) {
   // Rows per layer: windowed (even) layers hold at most `window`.
   EXPECT_EQ(back.layout.Rows(0, 21), std::min<int64_t>(21, h.layout.window));
   EXPECT_EQ(back.layout.Rows(1, 21), 21);
-}
-
-TEST(Crc32cTest, KnownValue) {
-  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
-  EXPECT_EQ(Crc32c("6789", 4, Crc32c("12345", 5)), 0xE3069283u);
 }
 
 class KvWireTest : public ::testing::TestWithParam<internal::v1::KvDtype> {

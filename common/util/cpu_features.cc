@@ -56,6 +56,7 @@ CpuFeatures Detect() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const unsigned leaf1_eax = a;
+  f.sse42 = c & (1u << 20);
   const bool osxsave = c & (1u << 27), fma = c & (1u << 12), avx = c & (1u << 28);
   const unsigned long long xcr0 = osxsave ? Xcr0() : 0;
   const bool os_ymm = (xcr0 & 0x6) == 0x6;
@@ -91,7 +92,7 @@ const CpuFeatures& HostCpuFeatures() {
 
 std::string CpuFeaturesString(const CpuFeatures& f) {
   std::vector<const char*> names;
-  const std::pair<bool, const char*> all[] = {{f.avx2, "avx2"},         {f.fma, "fma"},
+  const std::pair<bool, const char*> all[] = {{f.sse42, "sse42"},       {f.avx2, "avx2"},         {f.fma, "fma"},
                                               {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"},
                                               {f.avx512vl, "avx512vl"}, {f.avx512_bf16, "avx512_bf16"},
                                               {f.avx512_vnni, "avx512_vnni"},

@@ -18,6 +18,7 @@
 namespace pdserve {
 
 struct CpuFeatures {
+  bool sse42 = false;        // crc32 (the hand-off's checksum, crc32c.h)
   bool avx2 = false;         // and the OS saves YMM state
   bool fma = false;
   bool avx512f = false;      // and the OS saves ZMM/opmask state
