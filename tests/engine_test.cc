@@ -15,8 +15,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,6 +96,45 @@ TEST_F(EngineTest, ZeroThreadsFollowsOmpNumThreads) {
   unsetenv("OMP_NUM_THREADS");
   EXPECT_EQ(ConfigureThreads(0), cores);
   if (was != nullptr) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  ConfigureThreads(0);
+}
+
+// Threads in this process (/proc/self/task).
+int ProcessThreads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// at::set_num_threads rebuilds caffe2's pthreadpool, and LibTorch calls it
+// again on every thread's first parallel op. LibTorch must see engine.cc's
+// pthreadpool_create (no pool, so no spinning workers), and the intra-op
+// count must still reach new threads.
+TEST_F(EngineTest, NewThreadsTakeTheCountWithoutAPthreadpool) {
+  void* create = dlsym(RTLD_DEFAULT, "pthreadpool_create");
+  Dl_info where{};
+  ASSERT_NE(create, nullptr);
+  ASSERT_NE(dladdr(create, &where), 0);
+  EXPECT_EQ(std::string(where.dli_fname).find("pthreadpool"), std::string::npos)
+      << "LibTorch calls " << where.dli_fname << "'s pthreadpool_create, not engine.cc's";
+  ConfigureThreads(1);
+  const int before = ProcessThreads();
+  ConfigureThreads(3);  // libpthreadpool's pool would start 2 workers here
+  EXPECT_EQ(ProcessThreads(), before);
+  ConfigureThreads(2);
+  for (int i = 0; i < 3; ++i) {
+    int threads = 0;
+    bool copied = false;
+    std::thread t([&] {
+      at::Tensor a = at::arange(1 << 20, at::kFloat), b = at::empty_like(a);
+      b.copy_(a);  // a parallel op: the lazy init runs here
+      threads = at::get_num_threads();
+      copied = at::equal(a, b);
+    });
+    t.join();
+    EXPECT_EQ(threads, 2);
+    EXPECT_TRUE(copied);
+  }
   ConfigureThreads(0);
 }
 

@@ -68,6 +68,27 @@ absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("KV dtype must be f32 or bf16, got '", name, "'"));
 }
 
+}  // namespace pdserve
+
+// LibTorch 1.13's at::set_num_threads also rebuilds caffe2's pthreadpool (the
+// pool of its QNNPACK/XNNPACK/NNPACK kernels, which pdserve never calls), and
+// LibTorch calls set_num_threads again on every thread's first parallel op
+// (at::internal::lazy_init_num_threads). Each rebuild starts workers that
+// spin-wait ~1M pause iterations for work that never comes: 28 ms of CPU per
+// new thread that touches a tensor (measured on the Zen 4 EPYC), stolen from
+// the engine's threads on the same cores. gRPC's callback threads come and
+// go, and the decode worker imports a hand-off's K/V on them: a hand-off
+// landing on a fresh thread cost more CPU in that pool than receiving and
+// checking its bytes. This definition takes precedence over
+// libpthreadpool's for LibTorch (an executable's symbols come first in the
+// dynamic lookup; the linker exports it because libtorch_cpu references it),
+// and returns no pool: pthreadpool's API runs a NULL pool's work on the
+// caller, so those kernels would run on one thread. engine_test checks it is
+// in effect.
+extern "C" void* pthreadpool_create(size_t /*threads_count*/) { return nullptr; }
+
+namespace pdserve {
+
 int ConfigureThreads(int num_threads) {
   if (num_threads <= 0) {
     // OMP_NUM_THREADS when it is a positive count (as LibTorch and

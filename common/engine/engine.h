@@ -150,7 +150,8 @@ absl::StatusOr<KvDtype> ParseKvDtype(const std::string& name);
 
 // Sets LibTorch's intra-op threads (0 = OMP_NUM_THREADS when set to a
 // positive count, else the hardware concurrency). Returns the number in
-// effect.
+// effect. New threads take the same count at their first parallel op,
+// without the thread pool LibTorch would rebuild for it (engine.cc).
 int ConfigureThreads(int num_threads);
 
 }  // namespace pdserve
