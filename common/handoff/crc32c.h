@@ -2,9 +2,9 @@
 // sender sums each chunk and the receiver checks it, so the sum runs over
 // every hand-off byte twice, once on each side.
 //   Crc32c                    on the fastest path this CPU has
-//   Crc32cPortable            slicing-by-8 tables (any CPU; ~1.5 GB/s)
+//   Crc32cPortable            slicing-by-8 tables (any CPU; ~2 GB/s)
 //   Crc32cHardware            the SSE4.2 crc32 instruction, three streams
-//                             at once (~20 GB/s); only where
+//                             at once (~25 GB/s on a Zen 4 core); only where
 //   Crc32cHardwareAvailable   says so
 // Every path gives the same value (crc32c_test).
 #pragma once
