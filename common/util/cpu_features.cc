@@ -92,9 +92,10 @@ const CpuFeatures& HostCpuFeatures() {
 
 std::string CpuFeaturesString(const CpuFeatures& f) {
   std::vector<const char*> names;
-  const std::pair<bool, const char*> all[] = {{f.sse42, "sse42"},       {f.avx2, "avx2"},         {f.fma, "fma"},
-                                              {f.avx512f, "avx512f"},   {f.avx512bw, "avx512bw"},
-                                              {f.avx512vl, "avx512vl"}, {f.avx512_bf16, "avx512_bf16"},
+  const std::pair<bool, const char*> all[] = {{f.sse42, "sse42"},       {f.avx2, "avx2"},
+                                              {f.fma, "fma"},           {f.avx512f, "avx512f"},
+                                              {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"},
+                                              {f.avx512_bf16, "avx512_bf16"},
                                               {f.avx512_vnni, "avx512_vnni"},
                                               {f.avx512_half_width, "avx512_half_width"},
                                               {f.amx_tile, "amx_tile"}, {f.amx_bf16, "amx_bf16"}};
