@@ -20,7 +20,11 @@
 #include "common/model/transformer.h"
 
 ABSL_FLAG(std::string, config, "configs/tiny.json", "Model config (random weights; ignored with --model).");
-ABSL_FLAG(std::string, dtype, "int8", "Weights dtype to compare against f32: bf16 or int8.");
+ABSL_FLAG(std::string, dtype, "int8", "Weights dtype to compare against f32: bf16, int8, or f32 (with --mantissa-bits).");
+ABSL_FLAG(int32_t, mantissa_bits, 0,
+          "With --dtype f32: round every matmul weight of the compared engine to this many mantissa bits "
+          "(1-23, round to nearest even; 7 is bf16's rounding, 23 changes nothing): how much a given "
+          "rounding of the weights alone moves the logits.");
 ABSL_FLAG(int64_t, steps, 1000, "Greedy decode steps.");
 ABSL_FLAG(int64_t, prompt_len, 32, "Prompt tokens.");
 ABSL_FLAG(uint64_t, seed, 1, "Random weights seed.");
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
   pdserve::InitCli(argc, argv,
                    "pdserve-int8-quality: logits cosine and top-1 agreement of bf16/int8 weights against f32.\n"
                    "Usage: pdserve-int8-quality (--config configs/small.json [--seed S] | --model DIR)\n"
-                   "       [--dtype int8] [--steps 1000]\n"
+                   "       [--dtype int8|bf16|f32 [--mantissa-bits B]] [--steps 1000]\n"
                    "       [--bf16-matmul widen|dot|...] [--threads N]");
   const std::string model_dir = absl::GetFlag(FLAGS_model);
   if (!absl::GetFlag(FLAGS_matvec_rows).empty()) {
@@ -105,7 +109,15 @@ int main(int argc, char** argv) {
   }
   const pdserve::ModelConfig cfg = w.config;
   pdserve::ModelWeights wq = w;
+  const int mantissa_bits = absl::GetFlag(FLAGS_mantissa_bits);
+  if (mantissa_bits != 0) {
+    if (*dtype != pdserve::WeightsDtype::kF32) {
+      pdserve::Die("--mantissa-bits needs --dtype f32, got --dtype " + absl::GetFlag(FLAGS_dtype), 2);
+    }
+    if (absl::Status s = pdserve::RoundMatmulWeights(&wq, mantissa_bits); !s.ok()) pdserve::Die(s, 2);
+  }
   pdserve::ConvertWeights(&wq, *dtype);
+  const double weight_error = pdserve::RelativeWeightError(w, wq);
   auto ref = pdserve::Engine::FromWeights(std::move(w), *options);
   auto test = pdserve::Engine::FromWeights(std::move(wq), *options);
   std::vector<int64_t> prompt;
@@ -114,13 +126,15 @@ int main(int argc, char** argv) {
   if (!r.ok()) pdserve::Die(r.status(), 1);
   const std::string source =
       model_dir.empty() ? "seed " + std::to_string(absl::GetFlag(FLAGS_seed)) : "checkpoint " + model_dir;
-  std::printf("%s, %s%s vs f32, %s: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%\n",
+  const std::string rounding =
+      mantissa_bits != 0 ? " (matmul weights rounded to " + std::to_string(mantissa_bits) + " mantissa bits)" : "";
+  std::printf("%s, %s%s%s vs f32, %s: %lld rows, logits cosine min %.6f mean %.6f, top-1 agreement %lld/%lld = %.2f%%; weights' relative RMS error %.3g\n",
               cfg.name.c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
               *dtype == pdserve::WeightsDtype::kBF16
                   ? (std::string(" (bf16 matmul ") + pdserve::Bf16MatmulName(pdserve::GetBf16Matmul()) + ")").c_str()
                   : "",
-              source.c_str(), static_cast<long long>(r->steps),
+              rounding.c_str(), source.c_str(), static_cast<long long>(r->steps),
               r->min_cosine, r->mean_cosine, static_cast<long long>(r->top1_agree), static_cast<long long>(r->steps),
-              100.0 * r->top1_rate());
+              100.0 * r->top1_rate(), weight_error);
   return 0;
 }

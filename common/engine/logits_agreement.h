@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "common/engine/engine.h"
+#include "common/model/weights.h"
 
 namespace pdserve {
 
@@ -18,6 +20,22 @@ struct LogitsAgreement {
   double mean_cosine = 0.0;
   double top1_rate() const { return steps == 0 ? 0.0 : static_cast<double>(top1_agree) / steps; }
 };
+
+// A copy of the fp32 tensor `t` with every value's mantissa rounded to
+// `bits` bits (1-23), to nearest, ties to even; 23 copies it unchanged and 7
+// rounds as bf16 does. For finite values (an overflow rounds to infinity).
+at::Tensor RoundMantissa(const at::Tensor& t, int bits);
+
+// Rounds every matmul weight of `w` (as checkpoints name them) to `bits`
+// mantissa bits, in new tensors (copies of `w` keep theirs): a baseline of
+// how far a given rounding of the weights alone moves the logits.
+// InvalidArgument unless bits is 1-23 and those weights are fp32.
+absl::Status RoundMatmulWeights(ModelWeights* w, int bits);
+
+// sqrt(sum (t - r)^2 / sum r^2) over every matmul weight, `test` widened to
+// fp32 (int8 dequantized): how far a conversion moved the weights, to set
+// beside how far it moved the logits. Both from the same config; `ref` fp32.
+double RelativeWeightError(const ModelWeights& ref, const ModelWeights& test);
 
 // Prefills `prompt` into both engines, then runs `steps` greedy decode steps
 // of `ref`, feeding the same token to `test`. Errors from either engine.
