@@ -8,27 +8,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
+#include "tests/test_util.h"
 
 namespace pdserve {
 namespace {
 
 uint16_t ToBf16(float f) {  // truncation: any bf16 value will do as input
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
+  return static_cast<uint16_t>(testing::FloatBits(f) >> 16);
 }
 
-float FromBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float FromBf16(uint16_t b) { return testing::Bf16ToFloat(b); }
 
 struct Case {
   DecodeAttnShape shape;

@@ -10,29 +10,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
+#include "tests/test_util.h"
 
 namespace pdserve {
 namespace {
 
-float FromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// fp32 -> bf16, round to nearest even (finite values).
-uint16_t ToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
-float Bf16ToFloat(uint16_t b) { return FromBits(static_cast<uint32_t>(b) << 16); }
+using testing::Bf16ToFloat;
+using testing::FloatToBf16;
 
 struct Problem {
   int64_t M, K, N;
@@ -43,13 +31,13 @@ struct Problem {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (int64_t i = 0; i < M * K; ++i) x.push_back(dist(rng));
-    for (int64_t i = 0; i < N * K; ++i) w.push_back(ToBf16(dist(rng)));
+    for (int64_t i = 0; i < N * K; ++i) w.push_back(FloatToBf16(dist(rng)));
   }
   // sum_k bf16(x[m, k]) * w[n, k] in double, and sum_k |.| for the bound.
   double Exact(int64_t m, int64_t n, double* magnitude) const {
     double s = 0, a = 0;
     for (int64_t k = 0; k < K; ++k) {
-      const double p = double(Bf16ToFloat(ToBf16(x[m * K + k]))) * double(Bf16ToFloat(w[n * K + k]));
+      const double p = double(Bf16ToFloat(FloatToBf16(x[m * K + k]))) * double(Bf16ToFloat(w[n * K + k]));
       s += p;
       a += std::fabs(p);
     }
@@ -123,7 +111,7 @@ TEST(GemvBf16DotTest, RoundsActivationsToNearestEven) {
   // x = 1 + 2^-8 (exactly halfway between two bf16 values) rounds down to 1;
   // 1 + 3 * 2^-8 rounds up to 1 + 2^-6. With w = 1 the output is bf16(x).
   const std::vector<float> x = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256};
-  const std::vector<uint16_t> w = {ToBf16(1.0f)};
+  const std::vector<uint16_t> w = {FloatToBf16(1.0f)};
   float y[2] = {0, 0};
   GemvBf16Dot(x.data(), 2, 1, w.data(), 0, 1, y, 1);
   EXPECT_EQ(y[0], 1.0f);

@@ -9,9 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
+
+#include "tests/test_util.h"
 
 namespace pdserve {
 namespace {
@@ -27,17 +28,10 @@ struct Problem {
     for (int64_t i = 0; i < M * K; ++i) x.push_back(dist(rng));
     for (int64_t i = 0; i < N * K; ++i) {
       w.push_back(dist(rng));
-      uint32_t bits;
-      std::memcpy(&bits, &w.back(), 4);
-      w16.push_back(static_cast<uint16_t>(bits >> 16));
+      w16.push_back(static_cast<uint16_t>(testing::FloatBits(w.back()) >> 16));  // truncated
     }
   }
-  float W16(int64_t i) const {
-    const uint32_t bits = static_cast<uint32_t>(w16[i]) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
+  float W16(int64_t i) const { return testing::Bf16ToFloat(w16[i]); }
   // Columns [n0, n1) of rows [m0, m0 + rows), written into y [M, N] (NaN elsewhere).
   std::vector<float> Run(bool bf16, GemvIsa isa, int64_t m0, int64_t rows, int64_t n0, int64_t n1) const {
     std::vector<float> y(M * N, NAN);

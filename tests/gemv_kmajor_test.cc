@@ -12,21 +12,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/model/gemv_bf16dot.h"
+#include "tests/test_util.h"
 
 namespace pdserve {
 namespace {
 
-float Bf16ToFloat(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+using testing::Bf16ToFloat;
+using testing::FloatBits;
 
 struct Problem {
   int64_t M, K, N;
@@ -38,10 +34,7 @@ struct Problem {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (int64_t i = 0; i < M * K; ++i) x.push_back(dist(rng));
     for (int64_t i = 0; i < N * K; ++i) {
-      const float f = dist(rng);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      w.push_back(static_cast<uint16_t>(bits >> 16));
+      w.push_back(static_cast<uint16_t>(FloatBits(dist(rng)) >> 16));  // truncated: any bf16 will do
     }
     pack.assign(KMajorElements(N, K), 0xffff);
     PackBf16KMajor(w.data(), N, K, 0, KMajorGroups(N), pack.data());
@@ -63,11 +56,7 @@ struct Problem {
     for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(Bf16ToFloat(w[n * K + k])) * RoundBf16(x[m * K + k]);
     return acc;
   }
-  static float RoundBf16(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    return Bf16ToFloat(static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16));
-  }
+  static float RoundBf16(float f) { return Bf16ToFloat(testing::FloatToBf16(f)); }
   double Scale(int64_t m, int64_t n) const {
     double acc = 0.0;
     for (int64_t k = 0; k < K; ++k) acc += std::fabs(static_cast<double>(Bf16ToFloat(w[n * K + k])) * x[m * K + k]);
@@ -75,11 +64,6 @@ struct Problem {
   }
 };
 
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
 
 bool Skip(GemvIsa isa) { return !GemvIsaAvailable(isa); }
 
@@ -110,7 +94,7 @@ TEST_P(GemvKMajorIsaTest, EveryOutputIsOneFmaChainOverKForAnyRowsAndSplit) {
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < p.N; ++n) {
             const float got = y[m * p.N + n];
-            ASSERT_EQ(Bits(got), Bits(p.Chain(m, n))) << "K " << K << " M " << M << " cut " << cut << " m " << m
+            ASSERT_EQ(FloatBits(got), FloatBits(p.Chain(m, n))) << "K " << K << " M " << M << " cut " << cut << " m " << m
                                                       << " n " << n << ": " << got << " vs " << p.Chain(m, n);
             ASSERT_LE(std::fabs(got - p.Exact(m, n)), 1e-6 * K * p.Scale(m, n) + 1e-30);
           }
@@ -129,7 +113,7 @@ TEST_P(GemvKMajorIsaTest, ColumnsOutsideTheRangeAreNotWritten) {
   for (int64_t m = 0; m < 3; ++m) {
     for (int64_t n = 0; n < 120; ++n) {
       if (n >= 10 && n < 90) {
-        EXPECT_EQ(Bits(y[m * 120 + n]), Bits(p.Chain(m, n)));
+        EXPECT_EQ(FloatBits(y[m * 120 + n]), FloatBits(p.Chain(m, n)));
       } else {
         EXPECT_EQ(y[m * 120 + n], 42.0f) << "m " << m << " n " << n;
       }
@@ -155,7 +139,7 @@ TEST(GemvKMajorDotTest, MatchesRoundedReferenceAndEachRowAlone) {
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < p.N; ++n) {
             const float got = y[m * p.N + n];
-            ASSERT_EQ(Bits(got), Bits(alone[m * p.N + n]))
+            ASSERT_EQ(FloatBits(got), FloatBits(alone[m * p.N + n]))
                 << "K " << K << " M " << M << " cut " << cut << " m " << m << " n " << n;
             ASSERT_LE(std::fabs(got - p.ExactRounded(m, n)), 1e-6 * K * p.Scale(m, n) + 1e-30)
                 << "K " << K << " M " << M << " m " << m << " n " << n << ": " << got << " vs "

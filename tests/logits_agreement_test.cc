@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 #include <gtest/gtest.h>
@@ -19,34 +18,25 @@
 namespace pdserve {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using testing::FloatBits;
+using testing::FloatFromBits;
 
 // Random values over many exponents, plus the exact ties and carries.
 at::Tensor Samples() {
   at::Tensor t = at::randn({4096}) * at::exp(at::randn({4096}) * 4);
-  const float ties[] = {FromBits(0x3f808000),  // 1 + 2^-8: a tie at 7 bits, even below -> down
-                        FromBits(0x3f818000),  // a tie at 7 bits, odd below -> up
-                        FromBits(0x3fffffff),  // rounds up into the next exponent
-                        -FromBits(0x3f818000), 0.0f, -0.0f, 1e-40f /* subnormal */, 3.0e38f};
+  const float ties[] = {FloatFromBits(0x3f808000),  // 1 + 2^-8: a tie at 7 bits, even below -> down
+                        FloatFromBits(0x3f818000),  // a tie at 7 bits, odd below -> up
+                        FloatFromBits(0x3fffffff),  // rounds up into the next exponent
+                        -FloatFromBits(0x3f818000), 0.0f, -0.0f, 1e-40f /* subnormal */, 3.0e38f};
   return at::cat({t, at::from_blob(const_cast<float*>(ties), {8}, at::kFloat).clone()});
 }
 
 TEST(RoundMantissaTest, SevenBitsIsBf16Rounding) {
   const at::Tensor x = Samples();
   EXPECT_TRUE(at::equal(RoundMantissa(x, 7), x.to(at::kBFloat16).to(at::kFloat)));
-  EXPECT_EQ(Bits(RoundMantissa(at::full({1}, FromBits(0x3f808000)), 7).item<float>()), 0x3f800000u);
-  EXPECT_EQ(Bits(RoundMantissa(at::full({1}, FromBits(0x3f818000)), 7).item<float>()), 0x3f820000u);
-  EXPECT_EQ(RoundMantissa(at::full({1}, FromBits(0x3fffffff)), 7).item<float>(), 2.0f);
+  EXPECT_EQ(FloatBits(RoundMantissa(at::full({1}, FloatFromBits(0x3f808000)), 7).item<float>()), 0x3f800000u);
+  EXPECT_EQ(FloatBits(RoundMantissa(at::full({1}, FloatFromBits(0x3f818000)), 7).item<float>()), 0x3f820000u);
+  EXPECT_EQ(RoundMantissa(at::full({1}, FloatFromBits(0x3fffffff)), 7).item<float>(), 2.0f);
 }
 
 TEST(RoundMantissaTest, TwentyThreeBitsChangesNothingAndTheInputIsKept) {
@@ -65,7 +55,7 @@ TEST(RoundMantissaTest, EveryWidthClearsTheLowBitsWithinHalfAStep) {
     const float* px = x.data_ptr<float>();
     const float* pr = r.data_ptr<float>();
     for (int64_t i = 0; i < x.numel(); ++i) {
-      ASSERT_EQ(Bits(pr[i]) & ((1u << (23 - bits)) - 1), 0u) << "bits " << bits << " value " << px[i];
+      ASSERT_EQ(FloatBits(pr[i]) & ((1u << (23 - bits)) - 1), 0u) << "bits " << bits << " value " << px[i];
       // Half a step of `bits` bits, relative to the value's own binade.
       ASSERT_LE(std::abs(pr[i] - px[i]), std::ldexp(std::abs(px[i]), -bits - 1) * 1.0000001f)
           << "bits " << bits << " value " << px[i];

@@ -1,7 +1,9 @@
 // Shared fixtures for the unit tests: small configs built in code.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -9,6 +11,24 @@
 #include "common/model/config.h"
 
 namespace pdserve::testing {
+
+// A float's bits and back (bit-exact comparisons, hand-made values).
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float FloatFromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// fp32 -> bf16 bits, to nearest even (finite values), and back.
+inline uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatBits(f);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float Bf16ToFloat(uint16_t b) { return FloatFromBits(static_cast<uint32_t>(b) << 16); }
 
 // 4 layers (2 windowed, 2 global), window 8: prompts of 20+ tokens wrap the
 // ring during prefill and decode.
