@@ -1,13 +1,15 @@
 // How closely a quantized engine follows a reference one: both are fed the
 // reference's own greedy tokens (teacher forcing, so one early mismatch does
-// not derail the rest), and every step's logits are compared.
+// not derail the rest), and every step's logits are compared. Beside it,
+// how far a conversion moved the weights, and a baseline to hold it to: the
+// same fp32 weights with their mantissas rounded to fewer bits.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/engine/engine.h"
 #include "common/model/weights.h"
 
