@@ -18,3 +18,8 @@ $Q --config configs/gpt-oss-lite-502m.json --seed 2 --dtype int8 --steps 1000 --
 $Q --config configs/gpt-oss-lite-502m.json --seed 2 --dtype f32 --mantissa-bits 16 --steps 1000 --threads 2 | tail -1 >> $O/seed2_random.txt
 # The weights' error alone (one step): int8 (fma) and bf16 on the checkpoint.
 for d in int8 bf16; do $Q --model $M --dtype $d --q8-kernel fma --steps 1 --threads 2 | tail -1; done > $O/weight_error_int8_bf16.txt
+# Routing taken out: the 502M config with top_k = n_experts (every expert on every token), seed 1.
+python3 -c "import json; c = json.load(open('configs/gpt-oss-lite-502m.json')); c['top_k'] = c['n_experts']; c['name'] += '-dense'; json.dump(c, open('/tmp/dense.json', 'w'))"
+for a in "--dtype int8 --q8-kernel fma" "--dtype bf16 --bf16-matmul widen" "--dtype f32 --mantissa-bits 10"; do
+  $Q --config /tmp/dense.json --seed 1 $a --steps 1000 --threads 2 | tail -1
+done > $O/dense_seed1.txt
