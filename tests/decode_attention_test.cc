@@ -21,7 +21,7 @@ uint16_t ToBf16(float f) {  // truncation: any bf16 value will do as input
   return static_cast<uint16_t>(testing::FloatBits(f) >> 16);
 }
 
-float FromBf16(uint16_t b) { return testing::Bf16ToFloat(b); }
+using testing::Bf16ToFloat;
 
 struct Case {
   DecodeAttnShape shape;
@@ -41,8 +41,8 @@ struct Case {
       if (s.bf16) {
         k16.push_back(ToBf16(k.back()));
         v16.push_back(ToBf16(v.back()));
-        k.back() = FromBf16(k16.back());
-        v.back() = FromBf16(v16.back());
+        k.back() = Bf16ToFloat(k16.back());
+        v.back() = Bf16ToFloat(v16.back());
       }
     }
   }

@@ -5,14 +5,14 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 #include <gtest/gtest.h>
 
 #include "common/engine/engine.h"
 #include "common/model/checkpoint.h"
-#include "common/model/transformer.h"
+#include "common/model/weights.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
