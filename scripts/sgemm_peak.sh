@@ -78,6 +78,7 @@ cat >"$TMP/fma.cc" <<'CC'
   return sum;
 __attribute__((target("avx2,fma"))) float Run256(long iters) { PDSERVE_FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps) }
 __attribute__((target("avx512f"))) float Run512(long iters) { PDSERVE_FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps) }
+volatile float g_sink;  // every run's sum is stored here, so no run's chains can be optimized away
 double Rate(float (*run)(long), int lanes, int threads) {
   const long iters = 100000000;
   double best = 0;
@@ -88,6 +89,7 @@ double Rate(float (*run)(long), int lanes, int threads) {
     for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { sink[t] = run(iters); });
     for (auto& t : ts) t.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (float x : sink) g_sink = x;
     best = std::max(best, 2.0 * iters * 12 * lanes * threads / s / 1e9);
   }
   return best;
