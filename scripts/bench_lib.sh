@@ -3,6 +3,8 @@
 #   bench_spawn CMD...        starts CMD in the background, stopped on exit
 #   bench_stop                stops every server started so far
 #   bench_await LOG PATTERN   waits up to 3 minutes for PATTERN in LOG
+#   bench_port LOG            waits for a server's "serving on port N" in LOG and prints N
+#                             (start servers on port 0: the kernel's pick cannot collide)
 PIDS=()
 bench_spawn() {
   "$@" &
@@ -19,4 +21,8 @@ bench_await() {
   echo "timed out waiting for '$2' in $1:" >&2
   cat "$1" >&2
   exit 1
+}
+bench_port() {
+  bench_await "$1" "serving on port [0-9]"
+  sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$1" | head -1
 }

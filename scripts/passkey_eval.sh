@@ -20,24 +20,24 @@ TRIALS=${4:-100}
 B=${PDSERVE_BUILD:-build}
 source scripts/bench_lib.sh
 mkdir -p "$OUT"
-PORT=${PDSERVE_PORT_BASE:-$((42000 + $$ % 8000))}
 # Two LibTorch processes share the cores: no OpenMP spin-waiting.
 export OMP_WAIT_POLICY=PASSIVE
 
-bench_spawn "$B/decode_service/pdserve-decode" --model "$MODEL" --listen "127.0.0.1:$PORT" --threads 1 \
+# Every server listens on a port the kernel picks (port 0) and prints it.
+bench_spawn "$B/decode_service/pdserve-decode" --model "$MODEL" --listen 127.0.0.1:0 --threads 1 \
   --metrics-port -1 >"$OUT/decode.log" 2>&1
-bench_spawn "$B/prefill_service/pdserve-prefill" --model "$MODEL" --listen "127.0.0.1:$((PORT + 1))" --threads 2 \
+bench_spawn "$B/prefill_service/pdserve-prefill" --model "$MODEL" --listen 127.0.0.1:0 --threads 2 \
   --metrics-port -1 >"$OUT/prefill.log" 2>&1
-bench_await "$OUT/decode.log" "serving on"
-bench_await "$OUT/prefill.log" "serving on"
-bench_spawn "$B/router/pdserve-router" --model "$MODEL" --listen "127.0.0.1:$((PORT + 2))" \
-  --prefill "127.0.0.1:$((PORT + 1))" --decode "127.0.0.1:$PORT" --log-requests=false --metrics-port -1 \
+DECODE_PORT=$(bench_port "$OUT/decode.log")
+PREFILL_PORT=$(bench_port "$OUT/prefill.log")
+bench_spawn "$B/router/pdserve-router" --model "$MODEL" --listen 127.0.0.1:0 \
+  --prefill "127.0.0.1:$PREFILL_PORT" --decode "127.0.0.1:$DECODE_PORT" --log-requests=false --metrics-port -1 \
   --http-listen= >"$OUT/router.log" 2>&1
-bench_await "$OUT/router.log" "serving on"
+ROUTER=127.0.0.1:$(bench_port "$OUT/router.log")
 
-echo "passkey_eval: $MODEL on router 127.0.0.1:$((PORT + 2)) (separate decode, prefill and router processes)"
+echo "passkey_eval: $MODEL on router $ROUTER (separate decode, prefill and router processes)"
 for pos in start middle end; do
-  "$B/clients/pdserve-passkey" --router "127.0.0.1:$((PORT + 2))" --context-lengths "$LENGTHS" --n-trials "$TRIALS" \
+  "$B/clients/pdserve-passkey" --router "$ROUTER" --context-lengths "$LENGTHS" --n-trials "$TRIALS" \
     --position "$pos" --seed 0 --concurrency 2 --target 0.85 --json-out "$OUT/passkey_$pos.json" |
     tee "$OUT/passkey_$pos.txt"
 done

@@ -14,7 +14,7 @@ MODEL="$SRC/models/passkey-4l"
 [ -s "$MODEL/model.safetensors" ] || fail "no shipped model at $MODEL"
 
 rc=0
-PDSERVE_BUILD="$BUILD" PDSERVE_PORT_BASE=$((30000 + $$ % 9000)) \
+PDSERVE_BUILD="$BUILD" \
   bash "$SRC/scripts/passkey_eval.sh" "$MODEL" "$WORK/eval" 512,2048 12 >"$WORK/eval.txt" 2>&1 || rc=$?
 cat "$WORK/eval/passkey_table.md" 2>/dev/null || true
 [ "$rc" = 0 ] || fail "passkey_eval.sh exited $rc (a served trial differs from pdserve-generate, or a step failed)"
