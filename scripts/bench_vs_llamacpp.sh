@@ -35,7 +35,10 @@
 # QUICK=1 "decode prefill int8"; deep = decode at depth 32768, ~7 min a round on the Zen 5 VM,
 # almost all of it llama.cpp's two 32768-token prefills; the prefill group ~2 min a round there),
 # THREADS (nproc; on a busy machine 1 avoids the spin-wait collapse of 2 OpenMP threads on 2 shared
-# cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (docs/bench/vs_llamacpp),
+# cores, which cut both sides 10-100x in this repo's first run), OUT_DIR (the run named by what it
+# measured, on which machine, and when: docs/bench/vs_llamacpp[_avx2][_ROWS]_MACHINE_YYYY-MM-DD, e.g.
+# docs/bench/vs_llamacpp_zen4-epyc_2026-12-06; _ROWS only when ROWS is not the default), MACHINE
+# (a short CPU name for OUT_DIR: zen4-epyc, zen5-epyc, xeon-spr, avx2-epyc, ...; from /proc/cpuinfo),
 # CONFIG (configs/gpt-oss-lite-502m.json), MODEL_DIR (a pdserve checkpoint; default: a random one
 # made here), LLAMA_JOBS (2), NODE_LLAMA_CPP_VERSION (pinned below), ISA (native; avx2: both sides
 # limited to AVX2 + FMA + F16C, as on the AVX2-only machines this project also runs on: llama.cpp
@@ -50,7 +53,26 @@ ROUNDS=${ROUNDS:-2}
 QUICK=${QUICK:-0}
 ROWS=${ROWS:-decode $([[ $QUICK == 1 ]] || echo "deep ")prefill int8}
 THREADS=${THREADS:-$(nproc)}
-OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/vs_llamacpp}
+# A short name for the CPU, for OUT_DIR (the names docs/benchmarks.md uses for its machines).
+machine_name() {
+  local vendor family flags
+  vendor=$(awk -F': *' '/^vendor_id/ {print $2; exit}' /proc/cpuinfo)
+  family=$(awk -F': *' '/^cpu family/ {print $2; exit}' /proc/cpuinfo)
+  flags=" $(awk -F': *' '/^flags/ {print $2; exit}' /proc/cpuinfo) "
+  case $vendor in
+    AuthenticAMD)
+      if [[ $family == 26 ]]; then echo zen5-epyc
+      elif [[ $flags == *" avx512f "* ]]; then echo zen4-epyc
+      else echo avx2-epyc; fi ;;
+    GenuineIntel)
+      if [[ $flags == *" amx_bf16 "* ]]; then echo xeon-spr; else echo xeon; fi ;;
+    *) uname -m ;;
+  esac
+}
+MACHINE=${MACHINE:-$(machine_name)}
+DEFAULT_ROWS="decode $([[ $QUICK == 1 ]] || echo "deep ")prefill int8"
+RUN_NAME=vs_llamacpp$([[ $ISA == avx2 ]] && echo _avx2)$([[ $ROWS == "$DEFAULT_ROWS" ]] || echo "_${ROWS// /_}")
+OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/${RUN_NAME}_${MACHINE}_$(date -u +%F)}
 CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
 MODEL_DIR=${MODEL_DIR:-$CACHE/models/$(basename "$CONFIG" .json)}
 LLAMA_JOBS=${LLAMA_JOBS:-2}

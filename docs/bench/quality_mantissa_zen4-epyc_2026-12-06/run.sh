@@ -5,7 +5,7 @@
 # Zen 4 EPYC, 2 threads, 2026-12-06. About 100 s a line.
 set -euo pipefail
 # Run from the repository root; outputs land in this folder.
-cd "$(dirname "$0")/../../.." && O=docs/bench/quality_mantissa_zen4_s51
+cd "$(dirname "$0")/../../.." && O=docs/bench/quality_mantissa_zen4-epyc_2026-12-06
 M=.cache/llama/models/gpt-oss-lite-502m
 Q=build/bench/pdserve-int8-quality
 for b in 7 16 12 9 20 10 11 13 14; do
