@@ -8,7 +8,9 @@
 # decode -> router. Prints the passkey that went in and the one that came
 # back, then streams the same answer through pdserve-cli.
 # Environment: DEMO_LENGTH (tokens, default 2048), DEMO_SEED (default 7),
-# DEMO_POSITION (start|middle|end|a depth, default middle), PDSERVE_PORT.
+# DEMO_POSITION (start|middle|end|a depth, default middle), PDSERVE_PORT (the
+# router's port; default 0: one the kernel picks, printed below). The workers
+# always listen on ports the kernel picks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -16,7 +18,7 @@ MODEL=models/passkey-4l
 LENGTH=${DEMO_LENGTH:-2048}
 SEED=${DEMO_SEED:-7}
 POSITION=${DEMO_POSITION:-middle}
-PORT=${PDSERVE_PORT:-50051}
+PORT=${PDSERVE_PORT:-0}
 B=build
 LOGS=$B/demo
 mkdir -p "$LOGS"
@@ -24,16 +26,17 @@ source scripts/bench_lib.sh
 export OMP_WAIT_POLICY=PASSIVE  # three LibTorch processes on a few cores
 
 ./$B/clients/pdserve-model-info --config "$MODEL"
-bench_spawn ./$B/decode_service/pdserve-decode --model "$MODEL" --listen "127.0.0.1:$((PORT + 1))" --threads 1 \
+bench_spawn ./$B/decode_service/pdserve-decode --model "$MODEL" --listen 127.0.0.1:0 --threads 1 \
   --metrics-port -1 >"$LOGS/decode.log" 2>&1
-bench_spawn ./$B/prefill_service/pdserve-prefill --model "$MODEL" --listen "127.0.0.1:$((PORT + 2))" \
+bench_spawn ./$B/prefill_service/pdserve-prefill --model "$MODEL" --listen 127.0.0.1:0 \
   --metrics-port -1 >"$LOGS/prefill.log" 2>&1
-bench_await "$LOGS/decode.log" "serving on"
-bench_await "$LOGS/prefill.log" "serving on"
+DECODE_PORT=$(bench_port "$LOGS/decode.log")
+PREFILL_PORT=$(bench_port "$LOGS/prefill.log")
 bench_spawn ./$B/router/pdserve-router --model "$MODEL" --listen "127.0.0.1:$PORT" \
-  --prefill "127.0.0.1:$((PORT + 2))" --decode "127.0.0.1:$((PORT + 1))" --metrics-port -1 >"$LOGS/router.log" 2>&1
-bench_await "$LOGS/router.log" "serving on"
-echo "--- router 127.0.0.1:$PORT -> prefill 127.0.0.1:$((PORT + 2)) -> decode 127.0.0.1:$((PORT + 1)) (logs in $LOGS/)"
+  --prefill "127.0.0.1:$PREFILL_PORT" --decode "127.0.0.1:$DECODE_PORT" --metrics-port -1 --http-listen= \
+  >"$LOGS/router.log" 2>&1
+PORT=$(bench_port "$LOGS/router.log")
+echo "--- router 127.0.0.1:$PORT -> prefill 127.0.0.1:$PREFILL_PORT -> decode 127.0.0.1:$DECODE_PORT (logs in $LOGS/)"
 
 # One passkey trial: pdserve-passkey builds the prompt (sized with the
 # router's Tokenize RPC), asks through the router, and checks the answer.

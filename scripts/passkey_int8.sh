@@ -19,7 +19,6 @@ POSITIONS=${5:-start,middle,end}
 B=${PDSERVE_BUILD:-build}
 source scripts/bench_lib.sh
 mkdir -p "$OUT"
-PORT=${PDSERVE_PORT_BASE:-$((43000 + $$ % 8000))}
 export OMP_WAIT_POLICY=PASSIVE
 for variant in ${VARIANTS:-bf16 int8}; do
   dtype=${variant%%:*}
@@ -27,9 +26,11 @@ for variant in ${VARIANTS:-bf16 int8}; do
   [[ $variant == *:* ]] && matmul=${variant#*:}
   [[ $dtype == int8 && $matmul != auto ]] && q8=$matmul matmul=auto
   tag=${variant/:/-}
-  bench_spawn "$B/local/pdserve-local" --model "$MODEL" --port "$PORT" --weights-dtype "$dtype" --metrics-port -1 \
+  # The router on a port the kernel picks (port 0), read back from its log.
+  bench_spawn "$B/local/pdserve-local" --model "$MODEL" --port 0 --weights-dtype "$dtype" --metrics-port -1 \
     --bf16-matmul "$matmul" --q8-kernel "$q8" --http-listen= >"$OUT/local_$tag.log" 2>&1
-  bench_await "$OUT/local_$tag.log" "router on"
+  bench_await "$OUT/local_$tag.log" "router on 127.0.0.1:[0-9]"
+  PORT=$(sed -n 's/.*router on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/local_$tag.log" | head -1)
   for pos in ${POSITIONS//,/ }; do
     echo "== $variant $pos"
     "$B/clients/pdserve-passkey" --router "127.0.0.1:$PORT" --context-lengths "$LENGTHS" --n-trials "$TRIALS" \

@@ -9,6 +9,8 @@ schedule: kill -9 and restart (same port) decode worker D1 and prefill worker
 P1; SIGSTOP/SIGCONT stalls of workers; and the compound fault "SIGSTOP a
 prefill worker, kill -9 + restart decode worker D1, SIGCONT the prefill"
 (just after a burst of 8 extra probe requests, so that some are in the window).
+Every server first listens on a port the kernel picks (port 0), read back from
+its "serving on port N" line; a restarted worker listens on its port again.
 The prefill workers run with PDSERVE_FAULT_HANDOFF (common/handoff/
 fault_injection.h), which drops, corrupts, duplicates, reorders, truncates or
 delays about --handoff-fault-rate of the KV hand-offs.
@@ -28,7 +30,14 @@ Asserts (any violation: exit 1):
     than --rss-limit between the end of the warm-up phase and the end;
   - CANCELLED only where the client cancelled (server-side failures must not
     tell the client it cancelled);
-  - no process dies except those the test killed, and each exits 0 on SIGTERM.
+  - no process dies except those the test killed, and each exits 0 on SIGTERM;
+  - the run tested something: at least --min-ok-fraction of the requests (and
+    of the chaos phase's) are OK, every server fault of the schedule was
+    injected at least --min-fault-cycles times (on a slow machine the chaos
+    phase goes on with probes, up to --fault-wait-s, until it is), and the
+    prefill workers logged at least --min-handoff-faults hand-off faults
+    (default: a quarter of the rate times the requests);
+  - the VmRSS of those processes can be read (/proc/PID/status) at both ends.
 Prints a one-line summary ("chaos ...: PASS|FAIL"), preceded by the details of
 each violation.
 
@@ -40,12 +49,12 @@ Exit codes: 0 pass, 1 a violation, 2 bad arguments or a setup failure.
 import argparse
 import collections
 import json
+import math
 import os
 import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -72,47 +81,69 @@ def die(msg, code=2):
     sys.exit(code)
 
 
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+SERVING_RE = re.compile(rb"serving on port ([0-9]+)")
+BIND_FAILED = b"cannot listen on"  # common/net/server.cc: StartServer
 
 
 class Proc:
-    """One server process; restartable on the same argv (same port)."""
+    """One server process on 127.0.0.1. The first start listens on port 0
+    and reads the port the kernel picked from the "serving on port N" line;
+    restarts listen on that same port (a restart at the same address is the
+    fault under test: the router knows the workers by address)."""
 
     def __init__(self, name, argv, log_path, env=None):
-        self.name, self.argv, self.log_path = name, argv, log_path
+        self.name, self.argv, self.log_path = name, argv, log_path  # argv without --listen
         self.env_fn = env  # callable(start_number) -> extra env, or None
         self.p = None
+        self.port = None  # known after the first start
         self.starts = 0
         self.killed = 0
         self.stopped = False
         self.deaths = []  # unexpected exits: (rc, when)
 
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
     def start(self, timeout=120):
+        # A restart's port is free again once the killed process is reaped,
+        # and the kernel hands it to a port-0 bind only while nothing holds it:
+        # a bind that still fails (someone's connection got it meanwhile) is
+        # retried for a few seconds before it counts as a failure.
+        bind_deadline = time.monotonic() + 5.0
+        while True:
+            if self._start_once(timeout):
+                return
+            if self.port is None or time.monotonic() > bind_deadline:
+                raise RuntimeError(f"{self.name} could not bind 127.0.0.1:{self.port or 0}; see {self.log_path}")
+            time.sleep(0.2)
+
+    def _start_once(self, timeout):
+        """True once serving; False when the bind failed; raises otherwise."""
         env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1")
         if self.env_fn:
             env.update(self.env_fn(self.starts))
+        argv = [*self.argv, "--listen", f"127.0.0.1:{self.port or 0}"]
         with open(self.log_path, "ab") as f:
             f.write(f"=== chaos: start #{self.starts + 1} at {time.strftime('%H:%M:%S')}\n".encode())
             offset = f.tell()
-            self.p = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=env)
+            self.p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         self.starts += 1
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             with open(self.log_path, "rb") as f:
                 f.seek(offset)
-                if b"serving on port" in f.read():
-                    return
+                out = f.read()
+            m = SERVING_RE.search(out)
+            if m:
+                port = int(m.group(1))
+                if self.port is not None and port != self.port:
+                    raise RuntimeError(f"{self.name} restarted on port {port}, not {self.port}; see {self.log_path}")
+                self.port = port
+                return True
             if self.p.poll() is not None:
+                if BIND_FAILED in out:
+                    return False
                 raise RuntimeError(f"{self.name} exited {self.p.returncode} while starting; see {self.log_path}")
             time.sleep(0.05)
         raise RuntimeError(f"{self.name} did not start in {timeout} s; see {self.log_path}")
@@ -144,14 +175,13 @@ class Proc:
         return False
 
     def rss_kb(self):
-        try:
-            with open(f"/proc/{self.p.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-        return None
+        """VmRSS in kB; raises OSError when /proc/PID/status cannot be read or has none."""
+        path = f"/proc/{self.p.pid}/status"
+        with open(path) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise OSError(f"no VmRSS line in {path}")
 
 
 class Job:
@@ -323,10 +353,11 @@ class Faults:
     def __init__(self, procs, gap_s, stall_s, rng, probe=None):
         self.procs, self.gap_s, self.stall_s, self.rng = procs, gap_s, stall_s, rng
         self.probe = probe  # probe(k): k extra requests at once, so that the compound fault's window has some
-        self.counts = collections.Counter()
+        self.counts = collections.Counter()  # faults actually injected, by name
+        self.skipped = collections.Counter()  # scheduled but not injected (the process was not running)
         self.errors = []
         self.stop_evt = threading.Event()
-        self.cycles = 0
+        self.cycles = 0  # whole cycles of the schedule run
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self):
@@ -346,6 +377,9 @@ class Faults:
         for p in self.procs.values():
             p.check_alive()
 
+    KINDS = ("kill_restart_decode", "stall_prefill", "compound_stallP_restartD_resume", "kill_restart_prefill",
+             "stall_decode", "compound_stallP0P1_restartD_resume", "stall_prefill_long")
+
     def _run(self):
         P0, P1, D0, D1 = (self.procs[k] for k in ("P0", "P1", "D0", "D1"))
         cycle = [
@@ -364,8 +398,11 @@ class Faults:
                         return
                     self._check()
                     log(f"fault: {name}")
-                    action()
-                    self.counts[name] += 1
+                    if action():
+                        self.counts[name] += 1
+                    else:
+                        self.skipped[name] += 1
+                        log(f"fault {name} not injected: its process is not running")
                     self._check()
                 self.cycles += 1
         except Exception as e:  # a worker that can't restart: a violation, reported at the end
@@ -374,25 +411,27 @@ class Faults:
 
     def _kill_restart(self, p):
         if not p.check_alive():
-            return
+            return False
         p.kill9()
         time.sleep(0.1)
         p.start()
+        return True
 
     def _stall(self, p, secs):
         if not p.check_alive():
-            return
+            return False
         p.stop()
         try:
             time.sleep(secs)
         finally:
             p.cont()
+        return True
 
     def _compound(self, prefills, decode):
         """Defect 1's window: the decode worker restarts while prefills bound for it are stalled.
         With every prefill worker stalled, every request admitted meanwhile is in the window."""
         if not all(p.check_alive() for p in prefills) or not decode.check_alive():
-            return
+            return False
         if self.probe is not None:
             self.probe(8)  # a burst: some are inside a prefill worker (queued or running) when it stops
             time.sleep(0.005)
@@ -407,6 +446,7 @@ class Faults:
         finally:
             for p in prefills:
                 p.cont()
+        return True
 
 
 def get_loads(s, procs):
@@ -466,12 +506,23 @@ def main():
     ap.add_argument("--drain-s", type=float, default=0, help="seconds for the workers to drain (default: "
                     "handoff timeout + 10)")
     ap.add_argument("--no-faults", action="store_true", help="no server faults and no hand-off faults (a baseline)")
+    ap.add_argument("--min-ok-fraction", type=float, default=0.5, help="least fraction of OK answers, of all "
+                    "requests and of the chaos phase's (default 0.5; about 0.9 is usual)")
+    ap.add_argument("--min-fault-cycles", type=int, default=1, help="least number of times each server fault of "
+                    "the schedule is injected (default 1: one whole cycle; 0 turns the check off)")
+    ap.add_argument("--fault-wait-s", type=float, default=120, help="seconds the chaos phase goes on (with a "
+                    "light load of probes) after its requests, while a fault is short of --min-fault-cycles "
+                    "(default 120)")
+    ap.add_argument("--min-handoff-faults", type=int, default=-1, help="least number of hand-off faults injected "
+                    "(default: a quarter of --handoff-fault-rate x the requests, at least 1)")
     ap.add_argument("--work-dir", default=None, help="keep the model and logs here (default: a temporary "
                     "directory, removed unless the run fails)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
     if args.n < 1 or args.concurrency < 1 or args.max_new_tokens < 1 or args.prompts < 1:
         die("--n, --concurrency, --max-new-tokens and --prompts must be >= 1")
+    if not 0 <= args.min_ok_fraction <= 1 or args.min_fault_cycles < 0:
+        die("--min-ok-fraction must be in [0, 1] and --min-fault-cycles >= 0")
     build = os.path.abspath(args.build)
     for b in ("router/pdserve-router", "prefill_service/pdserve-prefill", "decode_service/pdserve-decode",
               "clients/pdserve-generate", "clients/pdserve-init-model"):
@@ -508,13 +559,11 @@ def main():
                                      engine_args))
     log(f"expected outputs from pdserve-generate: {len(prompts)} prompts x {1 + len(sampling)} settings")
 
-    # The stack.
-    ports = free_ports(5)
-    addr = {k: f"127.0.0.1:{p}" for k, p in zip(("router", "P0", "P1", "D0", "D1"), ports)}
+    # The stack: every server on a port the kernel picks (Proc), the workers first.
     procs = {}
     common = ["--model", model, "--threads", "1", "--metrics-port", "0", *engine_args]
     for name in ("D0", "D1"):
-        procs[name] = Proc(name, [os.path.join(build, "decode_service", "pdserve-decode"), "--listen", addr[name],
+        procs[name] = Proc(name, [os.path.join(build, "decode_service", "pdserve-decode"),
                                   "--handoff-timeout-s", str(args.handoff_timeout_s), *common],
                            os.path.join(work, f"{name}.log"))
     for idx, name in enumerate(("P0", "P1")):
@@ -523,20 +572,22 @@ def main():
             env = (lambda idx: lambda starts: {
                 "PDSERVE_FAULT_HANDOFF": f"rate={args.handoff_fault_rate},seed={args.seed * 1000 + idx * 100 + starts}"
                 + (f",kinds={args.handoff_fault_kinds}" if args.handoff_fault_kinds else "")})(idx)
-        procs[name] = Proc(name, [os.path.join(build, "prefill_service", "pdserve-prefill"), "--listen", addr[name],
-                                  *common], os.path.join(work, f"{name}.log"), env)
-    procs["router"] = Proc("router", [os.path.join(build, "router", "pdserve-router"), "--model", model, "--listen",
-                                      addr["router"], "--prefill", f"{addr['P0']},{addr['P1']}", "--decode",
-                                      f"{addr['D0']},{addr['D1']}", "--poll-interval-ms", "100", "--max-attempts",
-                                      "3", "--metrics-port", "0", "--http-listen", "127.0.0.1:0"],
-                           os.path.join(work, "router.log"))
-    for p in procs.values():
-        p.addr = addr[p.name]
+        procs[name] = Proc(name, [os.path.join(build, "prefill_service", "pdserve-prefill"), *common],
+                           os.path.join(work, f"{name}.log"), env)
     failed_setup = None
     summary_ok = False
+    addr = {}
     try:
-        for name in ("D0", "D1", "P0", "P1", "router"):
+        for name in ("D0", "D1", "P0", "P1"):
             procs[name].start()
+            addr[name] = procs[name].addr
+        procs["router"] = Proc("router", [os.path.join(build, "router", "pdserve-router"), "--model", model,
+                                          "--prefill", f"{addr['P0']},{addr['P1']}", "--decode",
+                                          f"{addr['D0']},{addr['D1']}", "--poll-interval-ms", "100",
+                                          "--max-attempts", "3", "--metrics-port", "0", "--http-listen",
+                                          "127.0.0.1:0"], os.path.join(work, "router.log"))
+        procs["router"].start()
+        addr["router"] = procs["router"].addr
         log(f"stack up in {work}: router {addr['router']}, prefill {addr['P0']},{addr['P1']}, "
             f"decode {addr['D0']},{addr['D1']}")
         summary_ok = run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name, work, t_begin)
@@ -589,7 +640,18 @@ def run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name
     load.run(warm_jobs, args.concurrency)
     time.sleep(0.5)
     steady = ("router", "P0", "D0")
-    rss_warm = {k: procs[k].rss_kb() for k in steady}
+
+    def read_rss(when):  # {name: kB or None}; an unreadable /proc is a violation, not a skipped check
+        out = {}
+        for k in steady:
+            try:
+                out[k] = procs[k].rss_kb()
+            except (OSError, ValueError) as e:
+                out[k] = None
+                violations["rss"].append(f"{k}: cannot read its VmRSS {when} (pid {procs[k].p.pid}): {e}")
+        return out
+
+    rss_warm = read_rss("after warm-up")
     log(f"warm-up: {warm_n} requests in {time.monotonic() - t0:.1f} s; RSS (kB) {rss_warm}")
 
     # Phase 2: load with faults.
@@ -608,15 +670,38 @@ def run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name
     if not args.no_faults and not args.no_server_faults:
         faults.start()
     load.run(jobs, args.concurrency)
+    # A slow machine may end the load before the schedule has injected every
+    # fault --min-fault-cycles times: it goes on, under a light load of probes
+    # (2 every 0.5 s), until it has or --fault-wait-s have passed.
+    server_faults = not args.no_faults and not args.no_server_faults
+    extra_end = time.monotonic() + args.fault_wait_s
+    extended = False
+    while (server_faults and faults.thread.is_alive() and time.monotonic() < extra_end and
+           any(faults.counts[k] < args.min_fault_cycles for k in Faults.KINDS)):
+        if not extended:
+            log(f"the load ended before every fault was injected {args.min_fault_cycles} time(s) "
+                f"({dict(faults.counts)}): probes go on for up to {args.fault_wait_s:.0f} s")
+            extended = True
+        probe(2)
+        time.sleep(0.5)
     faults.finish()
     load.join_probes()
     load_s = time.monotonic() - t1
-    log(f"chaos phase: {len(jobs)} requests in {load_s:.1f} s; faults {dict(faults.counts)}")
+    log(f"chaos phase: {len(jobs)} requests + {len(probes)} probes in {load_s:.1f} s; faults {dict(faults.counts)}")
     for e in faults.errors:
         violations["fault_schedule"].append(e)
-    if not args.no_faults and len(jobs) and faults.cycles < 1:
-        log(f"note: the load ended before one whole fault cycle ({dict(faults.counts)}); use a larger --n or a "
-            "smaller --fault-gap-s to see every fault")
+    # Every fault of the schedule injected --min-fault-cycles times (a run that
+    # injected none tested nothing).
+    if not args.no_faults and not args.no_server_faults and args.min_fault_cycles > 0:
+        short = {k: faults.counts[k] for k in Faults.KINDS if faults.counts[k] < args.min_fault_cycles}
+        if short:
+            violations["too_few_faults"].append(
+                f"server faults injected: {dict(faults.counts) or 'none'} "
+                f"(not injected: {dict(faults.skipped) or 'none'}); "
+                f"want each of the {len(Faults.KINDS)} kinds at least {args.min_fault_cycles} time(s), short: {short} "
+                f"(the chaos phase ended after {load_s:.1f} s, up to --fault-wait-s {args.fault_wait_s:.0f} s after "
+                "its load; a larger --n, --duration-s or --fault-wait-s, or a smaller --fault-gap-s, gives the "
+                "schedule more time)")
 
     # Drain: every worker back to zero.
     drain_s = args.drain_s or args.handoff_timeout_s + 10
@@ -631,10 +716,10 @@ def run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name
         if h:
             violations["kv_held"].append(f"{k} ({addr[k]}) after {drain_s:.0f} s of drain: {h}")
     time.sleep(0.5)
-    rss_end = {k: procs[k].rss_kb() for k in steady}
+    rss_end = read_rss("at the end")
     rss_growth = {}
     for k in steady:
-        if rss_warm[k] and rss_end[k]:
+        if rss_warm[k] is not None and rss_end[k] is not None:
             rss_growth[k] = (rss_end[k] - rss_warm[k]) / rss_warm[k]
             if rss_growth[k] > args.rss_limit:
                 violations["rss"].append(f"{k}: VmRSS {rss_warm[k]} kB after warm-up, {rss_end[k]} kB at the end "
@@ -683,6 +768,17 @@ def run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name
     if len(load.results) != args.n + len(probes):
         violations["lost"].append(f"{args.n + len(probes) - len(load.results)} requests have no result")
     probe_codes = collections.Counter(r.code for r in load.results if r.job.phase == "probe")
+    # Enough OK answers, overall and under faults: a stack that fails (almost)
+    # everything with documented codes would otherwise pass.
+    for what, rs in (("all requests", load.results), ("chaos-phase requests",
+                                                      [r for r in load.results if r.job.phase != "warmup"])):
+        if not rs:
+            continue
+        n_ok = sum(r.code == "OK" for r in rs)
+        want = max(1, math.ceil(args.min_ok_fraction * len(rs)))
+        if n_ok < want:
+            violations["too_few_ok"].append(f"{what}: {n_ok} OK of {len(rs)}, want at least {want} "
+                                            f"(--min-ok-fraction {args.min_ok_fraction})")
 
     # Deaths, then a clean SIGTERM.
     deaths = []
@@ -708,9 +804,21 @@ def run_chaos(args, s, procs, addr, prompts, sampling, expected, rng, model_name
     for name in ("P0", "P1"):
         with open(procs[name].log_path, errors="replace") as f:
             for line in f:
-                m = re.match(r"kv hand-off fault injection: (\w+) at", line)
+                m = re.search(r"kv hand-off fault injection: (\w+) at", line)  # text or JSON logs
                 if m:
                     handoff_faults[m.group(1)] += 1
+    if not args.no_faults and args.handoff_fault_rate > 0:
+        # About rate x (hand-offs) faults; a hand-off per request that reaches a
+        # prefill worker (every one here: no local prefill), and retries add some.
+        want = args.min_handoff_faults
+        if want < 0:
+            want = max(1, int(args.handoff_fault_rate * len(load.results) / 4))
+        got = sum(handoff_faults.values())
+        if got < want:
+            violations["too_few_faults"].append(
+                f"hand-off faults injected: {got} ({dict(handoff_faults) or 'none'}) in the prefill workers' logs, "
+                f"want at least {want} (--handoff-fault-rate {args.handoff_fault_rate} of {len(load.results)} "
+                "requests' hand-offs; --min-handoff-faults)")
 
     ok = not any(violations.values())
     if not ok:

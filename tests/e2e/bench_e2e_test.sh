@@ -24,10 +24,9 @@ done
 ok "bad flags exit 2"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
-# A port apart from the other e2e scripts' ranges, so they can run side by side.
-PORT=$((30000 + $$ % 10000))
-start_local_stack "$WORK/m" "$PORT"  # with --http-listen 127.0.0.1:0 (lib.sh)
-HTTP_PORT=$(grep -o "http on port [0-9]*" "$WORK/local.log" | grep -o "[0-9]*$") || fail "no 'http on port N' line"
+start_local_stack "$WORK/m"  # ROUTER and --http-listen 127.0.0.1:0 on ports the kernel picks (lib.sh)
+HTTP_PORT=$(log_port local.log "http on port " "$STACK")
+[ -n "$HTTP_PORT" ] || fail "no 'http on port N' line"
 
 # 1. Closed loop: 8 prompts of 32 tokens, 16 out each, 4 in flight, goodput
 #    SLOs in vllm's spelling (two arguments), a warmup request.
@@ -178,13 +177,14 @@ ok "openai backend: report, usage, failures counted by HTTP status"
 
 stop_local_stack
 
-# No router: a clear error and exit 1, not a hang.
+# No router: a clear error and exit 1, not a hang. NO_LISTENER (lib.sh), not
+# the stopped stack's ports: someone else may have bound those since.
 rc=0
-timeout 60 "$BENCH" --router "$ROUTER" --num-prompts 2 >/dev/null 2>"$WORK/err.txt" || rc=$?
+timeout 60 "$BENCH" --router "$NO_LISTENER" --num-prompts 2 >/dev/null 2>"$WORK/err.txt" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot connect to the router" "$WORK/err.txt" || fail "no router: exit $rc"
 ok "no router exits 1"
 rc=0
-timeout 60 "$BENCH" --backend openai --base-url "http://127.0.0.1:$HTTP_PORT" --num-prompts 2 >/dev/null \
+timeout 60 "$BENCH" --backend openai --base-url "http://$NO_LISTENER" --num-prompts 2 >/dev/null \
   2>"$WORK/err.txt" || rc=$?
 [ "$rc" = 1 ] && grep -q "cannot connect to the HTTP API" "$WORK/err.txt" || fail "no HTTP API: exit $rc"
 ok "no HTTP API exits 1"

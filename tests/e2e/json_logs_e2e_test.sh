@@ -40,26 +40,26 @@ rc=0
 ok "a fatal error is a JSON line: $(cat "$WORK/die.err")"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
-BASE=$((30000 + $$ % 10000))
-P=$BASE D=$((BASE + 1)) R=$((BASE + 2)) L=$((BASE + 3))
-
-# wait_serving LOG: the "serving on port" line (a JSON msg) appears.
-wait_serving() {
-  for _ in $(seq 1 300); do grep -q "serving on port" "$WORK/$1" && return 0; sleep 0.1; done
-  fail "$1: not serving"
+# Every server listens on a port the kernel picks (port 0).
+# serving_port LOG: the port of its "serving on port N" line (a JSON msg).
+serving_port() {
+  local port
+  port=$(log_port "$1" "serving on port ")
+  [ -n "$port" ] || fail "$1: not serving"
+  echo "$port"
 }
-OMP_WAIT_POLICY=PASSIVE "$BUILD/prefill_service/pdserve-prefill" --model "$WORK/m" --listen "127.0.0.1:$P" \
+OMP_WAIT_POLICY=PASSIVE "$BUILD/prefill_service/pdserve-prefill" --model "$WORK/m" --listen 127.0.0.1:0 \
   --metrics-port -1 --log-format json 2>"$WORK/prefill.log" &
 PIDS+=($!)
 OMP_WAIT_POLICY=PASSIVE PDSERVE_LOG_FORMAT=json "$BUILD/decode_service/pdserve-decode" --model "$WORK/m" \
-  --listen "127.0.0.1:$D" --metrics-port -1 2>"$WORK/decode.log" &
+  --listen 127.0.0.1:0 --metrics-port -1 2>"$WORK/decode.log" &
 PIDS+=($!)
-wait_serving prefill.log
-wait_serving decode.log
-"$BUILD/router/pdserve-router" --model "$WORK/m" --listen "127.0.0.1:$R" --prefill "127.0.0.1:$P" \
-  --decode "127.0.0.1:$D" --metrics-port -1 --log-format json 2>"$WORK/router.log" &
+P=$(serving_port prefill.log)
+D=$(serving_port decode.log)
+"$BUILD/router/pdserve-router" --model "$WORK/m" --listen 127.0.0.1:0 --prefill "127.0.0.1:$P" \
+  --decode "127.0.0.1:$D" --metrics-port -1 --http-listen= --log-format json 2>"$WORK/router.log" &
 PIDS+=($!)
-wait_serving router.log
+R=$(serving_port router.log)
 
 # generate ARGS...: the client's stderr summary line ("finish_reason=...
 # request_id=... x_request_id=... x_request_id_trailer=... usage=...") in
@@ -131,8 +131,8 @@ expect router.log cmpl-refused '.status == "INVALID_ARGUMENT" and .generated_tok
 ok "a refused request has its request line"
 
 # pdserve-local: one process, one component.
-start_local_stack "$WORK/m" "$L" --metrics-port -1 --log-format json
-generate_local() { "$PY" "$CLIENT" --router "127.0.0.1:$L" --prompt-ids 1,2,3 --max-new-tokens 3 "$@" \
+start_local_stack "$WORK/m" --metrics-port -1 --log-format json
+generate_local() { "$PY" "$CLIENT" --router "$ROUTER" --prompt-ids 1,2,3 --max-new-tokens 3 "$@" \
   >/dev/null 2>"$WORK/client.err"; }
 generate_local --request-id cmpl-local7 --traceparent "$TP" || fail "pdserve-local: generate failed"
 stop_local_stack
@@ -142,7 +142,7 @@ all_json local.log local
 ok "pdserve-local: router, prefill and decode request lines of cmpl-local7"
 
 # --log-requests=false: no request line from any of the three.
-start_local_stack "$WORK/m" "$L" --metrics-port -1 --log-format json --log-requests=false
+start_local_stack "$WORK/m" --metrics-port -1 --log-format json --log-requests=false
 generate_local --request-id cmpl-quiet || fail "pdserve-local --log-requests=false: generate failed"
 stop_local_stack
 all_json local.log local

@@ -3,9 +3,19 @@
 # Source it after `set -euo pipefail`, then call e2e_init "$@".
 #   e2e_init BUILD_DIR SOURCE_DIR   sets BUILD, SRC, WORK; cleans up on exit
 #   E2E_LOGS=(a.txt b.log)          files under $WORK that fail() prints
-#   start_local_stack MODEL PORT [ARGS...]   pdserve-local (its HTTP API on a port
-#                                   it picks, not 8000); sets STACK, ROUTER
+#   start_local_stack MODEL [ARGS...]  pdserve-local, its router and HTTP API on
+#                                   ports the kernel picks (port 0, read back
+#                                   from its log: no two tests can collide);
+#                                   sets STACK, ROUTER (127.0.0.1:N)
 #   stop_local_stack                SIGTERM; fails unless it exits 0 in 10 s
+#   log_port LOG PATTERN [PID]      waits up to 60 s (or until PID exits) for
+#                                   PATTERN followed by a number N in $WORK/LOG
+#                                   ("http on port ") and prints N (empty if it
+#                                   never comes)
+#   NO_LISTENER                     an address nothing listens on: 127.0.0.1:1
+#                                   (tcpmux, privileged and unused; a port of a
+#                                   server the test stopped could be reused by
+#                                   anyone in the meantime)
 
 e2e_init() {
   BUILD=$1
@@ -31,14 +41,28 @@ fail() {
 
 ok() { echo "ok: $*"; }
 
+NO_LISTENER=127.0.0.1:1
+
+log_port() {
+  local log=$WORK/$1 pattern=$2 pid=${3:-}
+  for _ in $(seq 1 600); do
+    grep -q "$pattern[0-9]" "$log" 2>/dev/null && break
+    [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  sed -n "s/.*$pattern\([0-9][0-9]*\).*/\1/p" "$log" | head -1
+}
+
 start_local_stack() {
-  local model=$1 port=$2
-  shift 2
-  OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$model" --port "$port" --http-listen 127.0.0.1:0 "$@" \
+  local model=$1
+  shift
+  # --http-listen first: a caller's own --http-listen (later) wins.
+  OMP_WAIT_POLICY=PASSIVE "$BUILD/local/pdserve-local" --model "$model" --port 0 --http-listen 127.0.0.1:0 "$@" \
     >"$WORK/local.log" 2>&1 &
   STACK=$!
-  for _ in $(seq 1 300); do grep -q "router on" "$WORK/local.log" && break; sleep 0.1; done
-  grep -q "router on" "$WORK/local.log" || fail "pdserve-local did not start"
+  local port
+  port=$(log_port local.log "router on 127.0.0.1:" "$STACK")
+  [ -n "$port" ] || fail "pdserve-local did not start (no 'router on 127.0.0.1:N' line)"
   ROUTER="127.0.0.1:$port"
 }
 

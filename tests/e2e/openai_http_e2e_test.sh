@@ -14,11 +14,11 @@ MODEL="$SRC/models/passkey-4l"  # byte tokenizer, has a chat_template
 
 # start_http_stack [ARGS...]: pdserve-local; sets HTTP and METRICS (ports).
 start_http_stack() {
-  start_local_stack "$MODEL" "$((20000 + $$ % 20000))" --metrics-port 0 "$@"
-  for _ in $(seq 1 100); do grep -q "http on port" "$WORK/local.log" && break; sleep 0.1; done
-  HTTP=$(sed -n 's/.*http on port \([0-9]*\).*/\1/p' "$WORK/local.log")
-  METRICS=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$WORK/local.log")
+  start_local_stack "$MODEL" --metrics-port 0 "$@"  # every port the kernel's pick (lib.sh)
+  HTTP=$(log_port local.log "http on port " "$STACK")
+  METRICS=$(log_port local.log "metrics on port " "$STACK")
   [ -n "$HTTP" ] || fail "no 'http on port' line"
+  [ -n "$METRICS" ] || fail "no 'metrics on port' line"
 }
 
 # call METHOD PATH [BODY] [CURL ARGS...]: the status code; body in $WORK/body,
@@ -197,10 +197,7 @@ spawn() {  # spawn NAME ARGS...: starts a process logging to $WORK/NAME.log
   OMP_WAIT_POLICY=PASSIVE "$@" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
 }
-port_of() {  # port_of NAME PATTERN: the port its log prints after PATTERN
-  for _ in $(seq 1 300); do grep -q "$2 [0-9]" "$WORK/$1.log" && break; sleep 0.1; done
-  sed -n "s/.*$2 \([0-9]*\).*/\1/p" "$WORK/$1.log" | head -1
-}
+port_of() { log_port "$1.log" "$2 "; }  # port_of NAME PATTERN: the port its log prints after PATTERN
 E2E_LOGS=(local.log prefill.log decode.log router.log)
 spawn prefill "$BUILD/prefill_service/pdserve-prefill" --model "$MODEL" --listen 127.0.0.1:0 --metrics-port -1
 spawn decode "$BUILD/decode_service/pdserve-decode" --model "$MODEL" --listen 127.0.0.1:0 --metrics-port -1

@@ -17,9 +17,7 @@ rc=0; "$PK" --position sideways >/dev/null 2>"$WORK/err.txt" || rc=$?
 ok "bad --position exits 2"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
-# A port apart from stack_e2e_test's range, so the two can run side by side.
-PORT=$((40000 + $$ % 20000))
-start_local_stack "$WORK/m" "$PORT"
+start_local_stack "$WORK/m"  # sets ROUTER (a port the kernel picked)
 
 # The run: two short lengths, two trials each.
 rc=0
@@ -103,7 +101,7 @@ stop_local_stack
 # The trained model (models/passkey-4l, 300/300 at its training length in
 # docs/passkey.md): the same client must score its answers correct, so a
 # client that never scores, or scores every answer wrong, fails here.
-start_local_stack "$SRC/models/passkey-4l" "$PORT"
+start_local_stack "$SRC/models/passkey-4l"
 rc=0
 "$PK" --router "$ROUTER" --context-lengths 512 --n-trials 4 --concurrency 2 --seed 5 --require-target \
   --json-out "$WORK/trained.json" >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
@@ -125,9 +123,10 @@ EOF
 ok "trained model: 4/4 passkeys retrieved at 512 tokens, scored from the answers"
 stop_local_stack
 
-# No router at all: a clear error and exit 1, not a hang.
+# No router at all: a clear error and exit 1, not a hang. NO_LISTENER (lib.sh),
+# not the stopped stack's port: someone else may have bound that one since.
 rc=0
-timeout 60 "$PK" --router "127.0.0.1:$PORT" --context-lengths 512 --deadline-s 5 >/dev/null 2>"$WORK/err.txt" || rc=$?
+timeout 60 "$PK" --router "$NO_LISTENER" --context-lengths 512 --deadline-s 5 >/dev/null 2>"$WORK/err.txt" || rc=$?
 [ "$rc" = 1 ] && grep -q "UNAVAILABLE\|DEADLINE_EXCEEDED" "$WORK/err.txt" || fail "no router: exit $rc"
 ok "no router exits 1"
 echo "PASS"

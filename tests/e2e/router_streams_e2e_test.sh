@@ -14,8 +14,7 @@ BENCH="$BUILD/bench/pdserve-bench"
 MAX_THREADS=64
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/tiny.json" --seed 1 --out "$WORK/m" >/dev/null 2>&1
-PORT=$((40000 + $$ % 10000))
-start_local_stack "$WORK/m" "$PORT" --metrics-port -1 --log-requests=false --max-batch 256 --http-listen=  # no HTTP threads
+start_local_stack "$WORK/m" --metrics-port -1 --log-requests=false --max-batch 256 --http-listen=  # no HTTP threads
 
 threads() { awk '/^Threads:/{print $2}' "/proc/$STACK/status"; }
 # Samples the thread count into $WORK/max_threads until $WORK/stop exists.

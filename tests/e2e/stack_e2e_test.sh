@@ -8,8 +8,7 @@ source "$(dirname "$0")/lib.sh"
 e2e_init "$@"
 
 "$BUILD/clients/pdserve-init-model" --config "$SRC/configs/small.json" --seed 3 --out "$WORK/m" >/dev/null 2>&1
-PORT=$((20000 + $$ % 20000))
-start_local_stack "$WORK/m" "$PORT" --prefill-chunk 5
+start_local_stack "$WORK/m" --prefill-chunk 5  # sets ROUTER (a port the kernel picked)
 
 check() {  # check NAME EXPECTED GOT
   [ "$2" = "$3" ] || fail "$1: expected $2, got $3"
@@ -20,21 +19,21 @@ for args in "--max-new-tokens 20" "--max-new-tokens 20 --temperature 0.9 --top-p
   # shellcheck disable=SC2086
   want=$("$BUILD/clients/pdserve-generate" --model "$WORK/m" --prompt-ids $PROMPT --prefill-chunk 5 $args 2>/dev/null)
   # shellcheck disable=SC2086
-  py=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "127.0.0.1:$PORT" --prompt-ids $PROMPT $args 2>/dev/null)
+  py=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "$ROUTER" --prompt-ids $PROMPT $args 2>/dev/null)
   check "python grpcio client ($args)" "$want" "$py"
   # shellcheck disable=SC2086
-  cli=$("$BUILD/clients/pdserve-cli" --router "127.0.0.1:$PORT" --prompt-ids $PROMPT $args --json 2>/dev/null |
+  cli=$("$BUILD/clients/pdserve-cli" --router "$ROUTER" --prompt-ids $PROMPT $args --json 2>/dev/null |
         /usr/bin/python3 -c 'import json,sys; print(json.dumps({"token_ids": json.load(sys.stdin)["token_ids"]}, separators=(",", ":")))')
   check "pdserve-cli ($args)" "$want" "$cli"
 done
 
 # Text in, text out: the byte tokenizer's ids for "Hello" are its bytes.
 want=$("$BUILD/clients/pdserve-generate" --model "$WORK/m" --prompt-ids 72,101,108,108,111 --max-new-tokens 8 2>/dev/null)
-py=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "127.0.0.1:$PORT" --text Hello --max-new-tokens 8 2>/dev/null)
+py=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "$ROUTER" --text Hello --max-new-tokens 8 2>/dev/null)
 check "text prompt" "$want" "$py"
 
 # Errors reach an outside client as status codes.
-err=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "127.0.0.1:$PORT" --prompt-ids 1,99999 \
+err=$(/usr/bin/python3 "$SRC/tests/e2e/python_client.py" --router "$ROUTER" --prompt-ids 1,99999 \
       --max-new-tokens 4 2>&1 >/dev/null || true)
 case "$err" in *INVALID_ARGUMENT*) echo "ok: bad id is INVALID_ARGUMENT" ;; *) fail "bad id gave: $err" ;; esac
 

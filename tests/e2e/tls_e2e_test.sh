@@ -157,11 +157,11 @@ expect_error "router whose only decode worker has another CA" UNAVAILABLE \
   --api-key "$KEY"
 
 # pdserve-local: TLS and the key on its router port.
-LPORT=$((20000 + $$ % 20000))
-start_local_stack "$WORK/m" "$LPORT" --tls-cert "$C/node.crt" --tls-key "$C/node.key" --api-key "$KEY" \
-  --prefill-chunk 5
-grep -q "router on 127.0.0.1:$LPORT (TLS)" "$WORK/local.log" || fail "pdserve-local does not say TLS"
-LCLI=("$BUILD/clients/pdserve-cli" --router "127.0.0.1:$LPORT" --prompt-ids 72,101,108,108,111 --max-new-tokens 8
+start_local_stack "$WORK/m" --tls-cert "$C/node.crt" --tls-key "$C/node.key" --api-key "$KEY" \
+  --prefill-chunk 5  # sets ROUTER (a port the kernel picked)
+LROUTER=$ROUTER
+grep -q "router on $LROUTER (TLS)" "$WORK/local.log" || fail "pdserve-local does not say TLS"
+LCLI=("$BUILD/clients/pdserve-cli" --router "$LROUTER" --prompt-ids 72,101,108,108,111 --max-new-tokens 8
       --deadline-ms 20000)
 got=$("${LCLI[@]}" --tls-ca "$C/ca.crt" --api-key "$KEY" --json 2>"$WORK/cli.err" | ids | sed -n 1p) ||
   fail "pdserve-local with key and CA: $(cat "$WORK/cli.err")"

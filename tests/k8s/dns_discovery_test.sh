@@ -11,7 +11,8 @@
 # namespaces (unshare), where a private hosts file is bind-mounted on
 # /etc/hosts and the manifests' ports are free; the machine's /etc/hosts and
 # network are not touched. Without namespaces it falls back to editing
-# /etc/hosts (root only, restored on exit) with free ports, or skips.
+# /etc/hosts (root only, restored on exit) with ports the kernel picks, or
+# skips. The router listens on a port the kernel picks in every mode.
 #
 #   1. requests succeed; prefill is the prefill "pod", decode one of two;
 #   2. decode pod A leaves the Service (its record goes), then drains on
@@ -78,15 +79,18 @@ done
 HOSTS=$WORK/hosts
 case $MODE in
   netns)
+    # A network of our own: the manifests' ports are free.
     ip link set lo up
     PREFILL_PORT=${PREFILL_DNS##*:}
     DECODE_PORT=${DECODE_DNS##*:}
-    ROUTER_PORT=50051
     ;;
   mountns | etc-hosts)
-    # Shared network: free ports instead of the manifests' ones.
-    base=$((20000 + $$ % 20000))
-    PREFILL_PORT=$base DECODE_PORT=$((base + 1)) ROUTER_PORT=$((base + 2))
+    # Shared network: the first pod of each kind listens on port 0 (see
+    # start_pod), and its kin on their own addresses take the port it got.
+    # While one pod of a kind holds IP:PORT the kernel hands that port to no
+    # one else, and at every step below a pod of each kind is up when the
+    # next one starts.
+    PREFILL_PORT=0 DECODE_PORT=0
     ;;
 esac
 case $MODE in
@@ -138,7 +142,7 @@ for b in router/pdserve-router prefill_service/pdserve-prefill decode_service/pd
 done
 declare -A POD_PID
 declare -a LONG
-start_pod() {  # start_pod NAME KIND IP
+start_pod() {  # start_pod NAME KIND IP: with a port of 0, waits for it and sets the kind's port
   local name=$1 kind=$2 ip=$3
   if [ "$kind" = decode ]; then
     "$B/decode_service/pdserve-decode" --model "$WORK/model" --listen "$ip:$DECODE_PORT" --threads 1 \
@@ -149,7 +153,15 @@ start_pod() {  # start_pod NAME KIND IP
   fi
   POD_PID[$name]=$!
   PIDS+=($!)
+  if [ "$kind" = decode ] && [ "$DECODE_PORT" = 0 ]; then
+    wait_serving "$name"
+    DECODE_PORT=$(serving_port "$name")
+  elif [ "$kind" = prefill ] && [ "$PREFILL_PORT" = 0 ]; then
+    wait_serving "$name"
+    PREFILL_PORT=$(serving_port "$name")
+  fi
 }
+serving_port() { sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$WORK/$1.log" | head -1; }
 wait_serving() {  # wait_serving NAME
   local i
   for i in $(seq 1 600); do
@@ -205,14 +217,14 @@ expect_only() {
   fail "requests did not settle on prefill $want_prefill, decode $* (last: $got)"
 }
 
-P=$PREFILL_PORT D=$DECODE_PORT
 set_records "$PREFILL_NAME=127.0.0.11" "$DECODE_NAME=127.0.0.21" "$DECODE_NAME=127.0.0.22"
 start_pod prefill-1 prefill 127.0.0.11
 start_pod decode-a decode 127.0.0.21
 start_pod decode-b decode 127.0.0.22
 for p in prefill-1 decode-a decode-b; do wait_serving $p; done
+P=$PREFILL_PORT D=$DECODE_PORT
 
-"$B/router/pdserve-router" --model "$WORK/model" --listen "127.0.0.1:$ROUTER_PORT" \
+"$B/router/pdserve-router" --model "$WORK/model" --listen 127.0.0.1:0 --http-listen= \
   --prefill-dns "$PREFILL_NAME:$P" --decode-dns "$DECODE_NAME:$D" \
   --resolve-interval-s 1 --poll-interval-ms 200 --wait-for-workers-s 30 ${EXTRA[router/pdserve-router]} \
   >"$WORK/router.log" 2>&1 &
@@ -220,6 +232,7 @@ ROUTER=$!
 PIDS+=("$ROUTER")
 for _ in $(seq 1 600); do grep -q "serving on port" "$WORK/router.log" && break; sleep 0.1; done
 grep -q "serving on port" "$WORK/router.log" || fail "the router is not serving"
+ROUTER_PORT=$(serving_port router)
 grep -q "warning" "$WORK/router.log" && fail "router: $(grep warning "$WORK/router.log")"
 echo "ok: router up with --prefill-dns $PREFILL_NAME:$P --decode-dns $DECODE_NAME:$D"
 

@@ -137,13 +137,16 @@ bah run --isolation chroot "$CTR" -- sh -c '
   echo "in the image: user $(id -un), $(ls /usr/local/bin/pdserve-* | wc -l) binaries, BLAS $blas"
   export OMP_WAIT_POLICY=PASSIVE
   pdserve-init-model --config /usr/share/pdserve/configs/tiny.json --seed 1 --out /tmp/m >/dev/null 2>&1
-  port=$((30000 + $$ % 20000))
-  pdserve-local --model /tmp/m --port $port >/tmp/local.log 2>&1 &
+  # The host network: every port is one the kernel picks (port 0), the
+  # router port read back from its "router on 127.0.0.1:N" line.
+  pdserve-local --model /tmp/m --port 0 --http-listen 127.0.0.1:0 --metrics-port 0 >/tmp/local.log 2>&1 &
   pid=$!
   i=0
-  until grep -q "router on" /tmp/local.log; do
+  until grep -q "router on 127.0.0.1:[0-9]" /tmp/local.log; do
     i=$((i + 1)); [ $i -lt 300 ] || { cat /tmp/local.log; exit 1; }; sleep 0.1
   done
+  port=$(sed -n "s/.*router on 127[.]0[.]0[.]1:\([0-9]*\).*/\1/p" /tmp/local.log | head -1)
+  test -n "$port" || { cat /tmp/local.log; exit 1; }
   out=$(pdserve-cli --router 127.0.0.1:$port --prompt-ids 1,2,3 --max-new-tokens 4 --json)
   kill -TERM $pid; wait $pid
   echo "$out" | grep -q "\"generated_tokens\":4" || { echo "unexpected answer: $out"; exit 1; }
