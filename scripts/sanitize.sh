@@ -5,9 +5,14 @@
 #                                 N=100 (chaos_asan_test, tests/sanitize_tests.cmake) and
 #                                 reliability_e2e_test.
 #   scripts/sanitize.sh thread    TSan in build-tsan/: worker_pool_test, admission_queue_test,
-#                                 router_service_test (the router's callback chain), kv_transfer_test
-#                                 (+ batch_scheduler_test / decode_service_test once they exist) and
-#                                 spin_pool_test (the decode step's helper threads).
+#                                 router_service_test (the router's callback chain), kv_transfer_test,
+#                                 batch_scheduler_test, spin_pool_test (the decode step's helper
+#                                 threads), and the HTTP front end: http_server_test,
+#                                 openai_http_test, client_disconnect_test (the disconnect
+#                                 watcher), metrics_test (the metrics server).
+# Every test is named by its CTest name and mapped to the binary of its command (a filtered run
+# of another test's binary is built and run too); a name the tree does not define fails the run.
+# A skipped case fails it too unless scripts/test_skips.sh allows it on this machine.
 # Configures the tree (Ninja, -DPDSERVE_SANITIZE=MODE, RelWithDebInfo = -O1 -g), builds only
 # the targets those tests need, runs them with ctest -R, and fails on any test failure or any
 # sanitizer report, including reports of child processes (router/prefill/decode workers of
@@ -17,7 +22,7 @@
 # ctest's log fails the run too, and is printed at the end.
 # Environment: PDSERVE_SANITIZE_JOBS (ninja -j, default 2), PDSERVE_SANITIZE_CHAOS_N
 # (chaos requests, default 100; 0 leaves the chaos suite out), PDSERVE_SANITIZE_E2E=0 (leaves
-# reliability_e2e_test out: its timing-bound checks are the slowest and least ASan-tolerant part).
+# reliability_e2e_test out: the slowest part of the run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -35,31 +40,80 @@ cmake -S "$root" -B "$dir" -G Ninja -DPDSERVE_SANITIZE="$mode" -DCMAKE_BUILD_TYP
   -DPDSERVE_SANITIZE_CHAOS_N="$chaos_n" >"$dir.configure.log" 2>&1 \
   || { cat "$dir.configure.log"; echo "sanitize.sh: configure failed" >&2; exit 1; }
 
-# Tests (CTest names) and the targets they need.
+# Tests (CTest names) and the targets they need. Each CTest name maps to the executable of its
+# command (CTestTestfile.cmake's add_test lines, readable before anything is built), so a test
+# that runs another test's binary with a filter (engine_q8kmajor_test runs engine_test, ...) is
+# run too, with its binary built; a name this tree does not define fails the run.
 tests=()
 targets=()
 have_target() { ninja -C "$dir" -t query "$1" >/dev/null 2>&1; }
+# "<name> <executable> <labels;...>" per CTest of the tree.
+ctest_map=$(python3 - "$dir" <<'PY'
+import os, re, shlex, sys
+root = sys.argv[1]
+cmd, labels = {}, {}
+for d, _, files in os.walk(root):
+    if "CTestTestfile.cmake" not in files:
+        continue
+    for line in open(os.path.join(d, "CTestTestfile.cmake")):
+        m = re.match(r'add_test\(\[=\[(.*?)\]=\] (.*)\)\s*$', line)
+        if m:
+            cmd[m.group(1)] = shlex.split(m.group(2))[0]
+        m = re.match(r'set_tests_properties\(\[=\[(.*?)\]=\] PROPERTIES .*?\bLABELS "([^"]*)"', line)
+        if m:
+            labels[m.group(1)] = m.group(2)
+for name, exe in sorted(cmd.items()):
+    print(name, exe, labels.get(name, "-") or "-")
+PY
+)
+[[ -n $ctest_map ]] || { echo "sanitize.sh: no CTest found in $dir" >&2; exit 1; }
+# The target that builds CTest $1's executable ("" when it is not a binary of this tree: a script).
+binary_of() {
+  local exe
+  exe=$(awk -v n="$1" '$1 == n { print $2 }' <<<"$ctest_map")
+  [[ -n $exe ]] || { echo "sanitize.sh: no CTest named '$1' in $dir" >&2; return 1; }
+  [[ $exe == "$dir"/* ]] || return 0
+  have_target "${exe##*/}" || { echo "sanitize.sh: CTest '$1' runs ${exe##*/}, not a target of $dir" >&2; return 1; }
+  echo "${exe##*/}"
+}
+add() {  # CTest $1; fails on an unknown name or one that is not a binary of this tree
+  local bin
+  bin=$(binary_of "$1") || exit 1
+  [[ -n $bin ]] || { echo "sanitize.sh: CTest '$1' is not a binary of $dir" >&2; exit 1; }
+  tests+=("$1")
+  targets+=("$bin")
+}
 if [[ $mode == address ]]; then
-  # Every unit test that is a binary of this tree (k8s_* are scripts about manifests: nothing
-  # to sanitize). The image test and the other e2e/chaos/fuzz labels are not unit.
-  while read -r name; do
+  # Every unit test whose command is a binary of this tree (k8s_* are scripts about manifests:
+  # nothing to sanitize; the other scripts are named as left out). The image test and the other
+  # e2e/chaos/fuzz labels are not unit.
+  while read -r name exe labels; do
+    [[ ";$labels;" == *";unit;"* ]] || continue
     [[ $name == k8s_* ]] && continue
-    have_target "$name" || continue
-    tests+=("$name"); targets+=("$name")
-  done < <(ctest --test-dir "$dir" -N -L '^unit$' 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: *//p')
+    if [[ $exe != "$dir"/* ]]; then
+      echo "sanitize.sh address: left out $name (runs ${exe##*/}, not a binary of this tree)"
+      continue
+    fi
+    add "$name"
+  done <<<"$ctest_map"
   if [[ $chaos_n -gt 0 ]]; then
+    binary_of chaos_asan_test >/dev/null || exit 1  # a script: must exist, has no binary
     tests+=(chaos_asan_test)
     targets+=(pdserve-router pdserve-prefill pdserve-decode pdserve-generate pdserve-init-model)
   fi
-  if [[ ${PDSERVE_SANITIZE_E2E:-1} != 0 ]] && have_target reliability_e2e_test; then
-    tests+=(reliability_e2e_test); targets+=(reliability_e2e_test)
+  if [[ ${PDSERVE_SANITIZE_E2E:-1} != 0 ]]; then
+    add reliability_e2e_test
   fi
 else
+  # The HTTP front end (http_server_test: the event-driven server; openai_http_test,
+  # client_disconnect_test: the OpenAI handlers and the disconnect watcher; metrics_test: the
+  # metrics server) runs its own threads against the callers': all of it under TSan.
   for name in worker_pool_test admission_queue_test router_service_test kv_transfer_test batch_scheduler_test \
-      decode_service_test spin_pool_test; do
-    have_target "$name" && { tests+=("$name"); targets+=("$name"); }
+      spin_pool_test http_server_test openai_http_test metrics_test client_disconnect_test; do
+    add "$name"
   done
 fi
+mapfile -t targets < <(printf '%s\n' "${targets[@]}" | awk '!seen[$0]++')
 [[ ${#tests[@]} -gt 0 ]] || { echo "sanitize.sh: no tests found in $dir" >&2; exit 1; }
 echo "sanitize.sh $mode: building ${targets[*]}"
 ninja -C "$dir" -j"$jobs" "${targets[@]}"
@@ -92,8 +146,41 @@ fi
 regex="^($(IFS='|'; echo "${tests[*]}"))\$"
 echo "sanitize.sh $mode: ctest -R '$regex'"
 rc=0
-ctest --test-dir "$dir" --output-on-failure -R "$regex" || rc=$?
+ctest_log=$dir/sanitize-ctest.log
+ctest --test-dir "$dir" --output-on-failure -R "$regex" 2>&1 | tee "$ctest_log" || rc=$?
 t_end=$(date +%s)
+# Every test named above ran: none dropped by the regex or missing from the tree.
+ran=$(sed -n 's/.* tests\{0,1\} failed out of \([0-9]\+\)$/\1/p' "$ctest_log" | tail -n 1)
+if [[ ${ran:-0} -ne ${#tests[@]} ]]; then
+  echo "sanitize.sh $mode: ctest ran ${ran:-no} test(s), not the ${#tests[@]} named: ${tests[*]}" >&2
+  rc=1
+fi
+
+# Skips fail the run as in scripts/test.sh (same allow-lists, scripts/test_skips.sh): every
+# skipped gtest case must be allowed on this machine, and a CTest that skipped without naming
+# its cases (not a gtest binary) fails. Printed "case <ctest>:<Suite.Case>", not in
+# gtest_main's PDSERVE_SKIPPED form, so scripts/test.sh does not count them twice.
+# shellcheck source=scripts/test_skips.sh
+source "$root/scripts/test_skips.sh"
+mapfile -t skipped < <(sed -n 's/^[[:space:]]*[0-9]\+ - \([^ ]*\) (Skipped)$/\1/p' "$ctest_log")
+mapfile -t skipped_cases < <(skipped_cases "$dir/Testing/Temporary/LastTest.log")
+if [[ ${#skipped[@]} -gt 0 || ${#skipped_cases[@]} -gt 0 ]]; then
+  echo "sanitize.sh $mode: skipped: ${#skipped[@]} test(s), ${#skipped_cases[@]} case(s)"
+  for t in "${skipped[@]}"; do
+    named=no
+    for tc in "${skipped_cases[@]}"; do [[ ${tc%% *} == "$t" ]] && named=yes; done
+    if [[ $named == no ]]; then
+      echo "  $t skipped without naming a gtest case: not allowed" >&2
+      rc=1
+    fi
+  done
+  bad=0
+  check_skipped_cases "${skipped_cases[@]}" || bad=$?
+  if [[ $bad -gt 0 ]]; then
+    echo "sanitize.sh $mode: $bad skipped case(s) not allowed here (scripts/test_skips.sh)" >&2
+    rc=1
+  fi
+fi
 
 # Reports printed on a test's output rather than to a log file (see the header).
 stderr_reports=$(grep -h -A12 -E 'runtime error:|ERROR: (Address|Leak|Thread)Sanitizer' \

@@ -15,7 +15,10 @@
 #                         (~14 min including the build);
 #        tsan             tsan_test: TSan tree build-tsan/, worker_pool_test,
 #                         admission_queue_test, router_service_test,
-#                         kv_transfer_test, batch_scheduler_test (~3 min
+#                         kv_transfer_test, batch_scheduler_test,
+#                         spin_pool_test, and the HTTP front end:
+#                         http_server_test, openai_http_test,
+#                         client_disconnect_test, metrics_test (~3 min
 #                         including the build);
 #        fuzz             fuzz_smoke_test: every libFuzzer target 30 s on its
 #                         corpus in build-fuzz/ (~3 min);
@@ -23,23 +26,17 @@
 #                         injection under load (~1.5 min).
 #      A quick run leaves the slow labels out:
 #        cd build && ctest -LE 'gpu|image|asan|tsan|fuzz|chaos'
-#   3. The skip count: a test that skipped (a gtest that called GTEST_SKIP,
-#      a script that exited 77) fails the run unless it is on ALLOWED_SKIPS
-#      below, so a missing tool or file cannot hide a suite.
+#   3. The skip count: a gtest case that called GTEST_SKIP fails the run
+#      unless CPU_GATED_SKIPS / GPU_GATED_SKIPS below allow that case on
+#      this machine, and a script that exited 77 fails it unless it is on
+#      ALLOWED_SKIPS, so a missing tool or file cannot hide a suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# CTest names allowed to skip. On the project's CPU machines nothing skips;
-# nccl_kv_transfer_test tests the NCCL fallbacks where no GPU is usable and
-# skips on a GPU machine (where the gpu-labelled nccl_handoff_gpu_test runs).
-ALLOWED_SKIPS=(nccl_kv_transfer_test)
-# Tests whose ISA-specific cases skip where the CPU lacks the feature (the
-# AVX2 cases still run and must pass): allowed to skip only where
-# /proc/cpuinfo lacks that flag, so on a CPU that has it a skip still fails.
-declare -A CPU_GATED_SKIPS=(
-  [gemv_kernels_test]=avx512f [decode_attention_test]=avx512f [gemv_q8_test]=avx512_vnni
-  [bf16_matmul_test]=amx_bf16 [gemm_amx_test]=amx_bf16
-)
+# The skip allow-lists (ALLOWED_SKIPS, CPU_GATED_SKIPS, GPU_GATED_SKIPS) and
+# the per-case check, shared with scripts/sanitize.sh.
+# shellcheck source=scripts/test_skips.sh
+source scripts/test_skips.sh
 
 bash scripts/build.sh
 cd build
@@ -50,16 +47,21 @@ ctest --output-on-failure -LE gpu 2>&1 | tee "$log" || rc=$?
 
 # CTest lists each skipped test as "<n> - <name> (Skipped)".
 mapfile -t skipped < <(sed -n 's/^[[:space:]]*[0-9]\+ - \([^ ]*\) (Skipped)$/\1/p' "$log")
-echo "Skipped tests: ${#skipped[@]}"
+mapfile -t skipped_cases < <(skipped_cases Testing/Temporary/LastTest.log)
+echo "Skipped tests: ${#skipped[@]}, skipped cases: ${#skipped_cases[@]}"
 unexpected=0
 for t in "${skipped[@]}"; do
   allowed=no
   for a in "${ALLOWED_SKIPS[@]}"; do [ "$t" = "$a" ] && allowed=yes; done
-  flag=${CPU_GATED_SKIPS[$t]:-}
-  if [ -n "$flag" ] && ! grep -qw "$flag" /proc/cpuinfo; then allowed="yes (this CPU lacks $flag)"; fi
+  # A gtest binary's skip is judged by its cases (below); one without any
+  # PDSERVE_SKIPPED line (a script's exit 77) only by ALLOWED_SKIPS.
+  for tc in "${skipped_cases[@]}"; do [ "${tc%% *}" = "$t" ] && allowed="yes (judged by its cases below)"; done
   echo "  $t ($([ "$allowed" != no ] && echo "allowed${allowed#yes}" || echo 'NOT on the allow-list'))"
   [ "$allowed" != no ] || unexpected=$((unexpected + 1))
 done
+n=0
+check_skipped_cases "${skipped_cases[@]}" || n=$?
+unexpected=$((unexpected + n))
 if [ "${#skipped[@]}" -gt 0 ]; then
   # Why: gtest's "file:line: Skipped" and the message after it, scripts' "SKIP: ...".
   echo "Reasons given:"
@@ -76,7 +78,7 @@ if [ "$rc" -ne 0 ]; then
     Testing/Temporary/LastTest.log 2>/dev/null | cut -c1-300 | head -n 80 | sed 's/^/  /' || true
 fi
 if [ "$unexpected" -gt 0 ]; then
-  echo "FAIL: $unexpected test(s) skipped that are not on ALLOWED_SKIPS in scripts/test.sh" >&2
+  echo "FAIL: $unexpected skip(s) not allowed here (ALLOWED_SKIPS, CPU_GATED_SKIPS, GPU_GATED_SKIPS in scripts/test_skips.sh)" >&2
   [ "$rc" -ne 0 ] || rc=1
 fi
 exit "$rc"

@@ -50,10 +50,14 @@ TEST(AdmissionQueueTest, SlotsGoInArrivalOrder) {
   std::mutex mu;
   std::vector<int> order;
   std::vector<std::thread> waiters;
+  std::atomic<int> registered{0};
   // Started in reverse: each may only go once every older ticket went.
   for (int i = 4; i >= 1; --i) {
     waiters.emplace_back([&, i] {
-      ASSERT_TRUE(Acquire(q, t[i]).ok());
+      auto turn = StartWait(q, t[i]);
+      registered.fetch_add(1);
+      turn->came.WaitForNotification();
+      ASSERT_TRUE(turn->status.ok()) << turn->status;
       {
         std::lock_guard<std::mutex> lock(mu);
         order.push_back(i);
@@ -62,8 +66,13 @@ TEST(AdmissionQueueTest, SlotsGoInArrivalOrder) {
       q.Leave(t[i]);
     });
   }
-  absl::SleepFor(absl::Milliseconds(50));
+  // Every waiter has called Wait (its callback is registered) before the
+  // slot is released: the order below is the queue's, not the threads'.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (registered.load() < 4 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_EQ(registered.load(), 4) << "the waiter threads did not all call Wait within 60 s";
   EXPECT_EQ(q.waiting(), 4);
+  EXPECT_EQ(q.active(), 1);
   q.Release();
   q.Leave(t[0]);
   for (auto& w : waiters) w.join();

@@ -74,7 +74,7 @@ TEST(Bf16MatmulTest, WidenedPathIsExact) {
 
 // AMX parity: bf16 activations and a bf16-rounded output stay within a few
 // bf16 ulps of the exact product, at prefill shapes of the 502M model.
-TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
+TEST(Bf16MatmulAmxTest, PathMatchesTheExactProductWithinBf16Rounding) {
   if (!HostCpuFeatures().amx_bf16) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: the AMX path cannot run here";
   at::manual_seed(4);
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{33, 96, 64}, {512, 3072, 768}, {200, 768, 1536}}) {
@@ -91,7 +91,7 @@ TEST(Bf16MatmulTest, AmxPathMatchesTheExactProductWithinBf16Rounding) {
 }
 
 // Linear sends more than 32 rows of a bf16 weight through the chosen path.
-TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
+TEST(Bf16MatmulAmxTest, LinearFollowsTheChosenPath) {
   if (!HostCpuFeatures().amx_bf16) GTEST_SKIP() << "this CPU (or kernel) has no AMX-BF16: only the widened path exists";
   const testing::RestoreBf16Matmul reset;
   at::manual_seed(6);
@@ -100,7 +100,14 @@ TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
   EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Amx(x, w)));
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kWiden).ok());
   EXPECT_TRUE(at::equal(Linear(x, w), LinearBf16Widened(x, w)));
-  if (!AmxSplitAvailable()) return;
+}
+
+// The same for the split path (the amx ISA: AMX-BF16 + AVX-512BW).
+TEST(Bf16MatmulSplitTest, LinearFollowsTheChosenPath) {
+  if (!AmxSplitAvailable()) GTEST_SKIP() << "this CPU (or kernel) cannot run the amx ISA (AMX-BF16 + AVX-512BW)";
+  const testing::RestoreBf16Matmul reset;
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({40, 64}), w = at::randn({96, 64}).to(at::kBFloat16);
   ASSERT_TRUE(SetBf16Matmul(Bf16Matmul::kAmxSplit).ok());
   const at::Tensor split = Linear(x, w);
   EXPECT_TRUE(at::equal(split, LinearBf16Split(x, w)));
@@ -110,7 +117,7 @@ TEST(Bf16MatmulTest, LinearFollowsTheChosenPath) {
 // dot: every size of x goes through the one kernel, so a row's bits are the
 // same in a prefill GEMM, a decode batch or alone; and they are not the
 // exact product's (x really is rounded to bf16).
-TEST(Bf16MatmulTest, DotPathGivesARowTheSameBitsInPrefillAndDecode) {
+TEST(Bf16MatmulDotTest, GivesARowTheSameBitsInPrefillAndDecode) {
   if (!GemvBf16DotAvailable()) GTEST_SKIP() << "this CPU (or PDSERVE_ISA) has no AVX512_BF16: dot cannot run here";
   const testing::RestoreBf16Matmul reset;
   at::manual_seed(8);

@@ -136,15 +136,21 @@ TEST(DecodeAttentionTest, Avx512MatchesAvx2) {
 
 // Scores hundreds apart: the softmax's exponent goes far below where e^x underflows (the kernel's
 // vector exp clamps there), and the result is still the (near one-hot) reference.
-TEST(DecodeAttentionTest, ScoresFarApartMatchReference) {
-  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
-  for (DecodeAttnIsa isa : {DecodeAttnIsa::kAvx2, DecodeAttnIsa::kAvx512}) {
-    if (!DecodeAttnIsaAvailable(isa)) continue;
-    for (bool bf16 : {false, true}) {
-      const Case c({8, 4, 96, bf16}, kDecodeSplitRows + 40, 11, /*q_scale=*/100.0f);
-      ExpectNear(c.Kernel(isa), c.Reference(), 2e-5, std::string(DecodeAttnIsaName(isa)) + (bf16 ? " bf16" : " f32"));
-    }
+void CheckScoresFarApart(DecodeAttnIsa isa) {
+  for (bool bf16 : {false, true}) {
+    const Case c({8, 4, 96, bf16}, kDecodeSplitRows + 40, 11, /*q_scale=*/100.0f);
+    ExpectNear(c.Kernel(isa), c.Reference(), 2e-5, std::string(DecodeAttnIsaName(isa)) + (bf16 ? " bf16" : " f32"));
   }
+}
+
+TEST(DecodeAttentionTest, ScoresFarApartMatchReferenceAvx2) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  CheckScoresFarApart(DecodeAttnIsa::kAvx2);
+}
+
+TEST(DecodeAttentionTest, ScoresFarApartMatchReferenceAvx512) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
+  CheckScoresFarApart(DecodeAttnIsa::kAvx512);
 }
 
 // A split's partial is its own rows' (max, sum of exp, weighted values).
@@ -175,21 +181,27 @@ TEST(DecodeAttentionTest, SplitPartialHoldsMaxSumAndWeightedValues) {
 
 // Prefetching the next split's rows (a caller that runs it next) changes no bit of a split's partial,
 // whether the next split is whole, ragged, or absent.
-TEST(DecodeAttentionTest, PrefetchNextChangesNoBits) {
-  if (!GemvAvailable()) GTEST_SKIP() << "this CPU has no AVX2+FMA";
-  for (DecodeAttnIsa isa : {DecodeAttnIsa::kAvx2, DecodeAttnIsa::kAvx512}) {
-    if (!DecodeAttnIsaAvailable(isa)) continue;
-    for (bool bf16 : {false, true}) {
-      const Case c({8, 4, 96, bf16}, 2 * kDecodeSplitRows + 37, 5);
-      std::vector<float> scratch(DecodeAttnScratchFloats(c.shape));
-      for (int64_t split = 0; split < DecodeAttnSplits(c.rows); ++split) {
-        std::vector<float> plain(DecodeAttnPartialFloats(c.shape)), prefetched(plain.size());
-        DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), plain.data(), isa, false);
-        DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), prefetched.data(), isa, true);
-        EXPECT_EQ(plain, prefetched) << DecodeAttnIsaName(isa) << (bf16 ? " bf16" : " f32") << " split " << split;
-      }
+void CheckPrefetchChangesNoBits(DecodeAttnIsa isa) {
+  for (bool bf16 : {false, true}) {
+    const Case c({8, 4, 96, bf16}, 2 * kDecodeSplitRows + 37, 5);
+    std::vector<float> scratch(DecodeAttnScratchFloats(c.shape));
+    for (int64_t split = 0; split < DecodeAttnSplits(c.rows); ++split) {
+      std::vector<float> plain(DecodeAttnPartialFloats(c.shape)), prefetched(plain.size());
+      DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), plain.data(), isa, false);
+      DecodeAttentionSplit(c.q.data(), c.Rows(), c.shape, split, scratch.data(), prefetched.data(), isa, true);
+      EXPECT_EQ(plain, prefetched) << DecodeAttnIsaName(isa) << (bf16 ? " bf16" : " f32") << " split " << split;
     }
   }
+}
+
+TEST(DecodeAttentionTest, PrefetchNextChangesNoBitsAvx2) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx2)) GTEST_SKIP() << "this CPU has no AVX2+FMA";
+  CheckPrefetchChangesNoBits(DecodeAttnIsa::kAvx2);
+}
+
+TEST(DecodeAttentionTest, PrefetchNextChangesNoBitsAvx512) {
+  if (!DecodeAttnIsaAvailable(DecodeAttnIsa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F";
+  CheckPrefetchChangesNoBits(DecodeAttnIsa::kAvx512);
 }
 
 TEST(DecodeAttentionTest, NoRowsGiveZeros) {

@@ -45,6 +45,11 @@ class FakeService final : public Service {
     absl::MutexLock lock(&mu_);
     hang_ = hang;
   }
+  // GetLoad calls held unanswered now.
+  int held() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(held_.size());
+  }
   void Release() {
     absl::MutexLock lock(&mu_);
     for (grpc::ServerUnaryReactor* r : held_) r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "released"));

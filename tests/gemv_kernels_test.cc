@@ -3,13 +3,15 @@
 // and without 16- and 8-wide tails, every row count up to kGemvMaxRows, odd
 // column ranges); a row's result does not depend on how many rows share its
 // pass (batch invariance); and the AVX-512 build gives the AVX2 build's bits
-// exactly, where the CPU has AVX-512 (skipped, saying so, where it does not).
+// exactly, where the CPU has AVX-512. One case tests one ISA (Avx2/..., Avx512/...):
+// where the CPU lacks it, that case skips with GTEST_SKIP and its reason.
 #include "common/model/gemv_kernels.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -45,32 +47,35 @@ struct Problem {
 };
 
 const int64_t kKs[] = {1, 7, 8, 15, 16, 24, 31, 32, 40, 48, 63, 100, 768};
-const GemvIsa kIsas[] = {GemvIsa::kAvx2, GemvIsa::kAvx512};
-
 bool Skip(GemvIsa isa) { return !GemvIsaAvailable(isa); }
 
-TEST(GemvKernelsTest, MatchesDoubleReference) {
-  for (GemvIsa isa : kIsas) {
-    if (Skip(isa)) {
-      std::printf("[ SKIPPED  ] %s: this CPU lacks it\n", GemvIsaName(isa));
-      continue;
+// The cases run once per ISA: Avx2/GemvKernelsIsaTest.*, Avx512/GemvKernelsIsaTest.*.
+class GemvKernelsIsaTest : public ::testing::TestWithParam<GemvIsa> {
+ protected:
+  void SetUp() override {
+    if (Skip(GetParam())) {
+      GTEST_SKIP() << "this CPU lacks " << (GetParam() == GemvIsa::kAvx512 ? "AVX-512F (or AVX2+FMA)" : "AVX2+FMA");
     }
-    for (bool bf16 : {false, true}) {
-      for (int64_t K : kKs) {
-        for (int64_t M = 1; M <= kGemvMaxRows; ++M) {
-          const Problem p(M, K, 11, static_cast<uint32_t>(K * 10 + M));
-          const std::vector<float> y = p.Run(bf16, isa, 0, M, 0, p.N);
-          for (int64_t m = 0; m < M; ++m) {
-            for (int64_t n = 0; n < p.N; ++n) {
-              double ref = 0, mag = 0;
-              for (int64_t k = 0; k < K; ++k) {
-                const double wk = bf16 ? p.W16(n * K + k) : p.w[n * K + k];
-                ref += p.x[m * K + k] * wk;
-                mag += std::fabs(p.x[m * K + k] * wk);
-              }
-              ASSERT_NEAR(y[m * p.N + n], ref, 1e-5 * mag + 1e-6)
-                  << GemvIsaName(isa) << " bf16=" << bf16 << " K=" << K << " M=" << M << " m=" << m << " n=" << n;
+  }
+};
+
+TEST_P(GemvKernelsIsaTest, MatchesDoubleReference) {
+  const GemvIsa isa = GetParam();
+  for (bool bf16 : {false, true}) {
+    for (int64_t K : kKs) {
+      for (int64_t M = 1; M <= kGemvMaxRows; ++M) {
+        const Problem p(M, K, 11, static_cast<uint32_t>(K * 10 + M));
+        const std::vector<float> y = p.Run(bf16, isa, 0, M, 0, p.N);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < p.N; ++n) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              const double wk = bf16 ? p.W16(n * K + k) : p.w[n * K + k];
+              ref += p.x[m * K + k] * wk;
+              mag += std::fabs(p.x[m * K + k] * wk);
             }
+            ASSERT_NEAR(y[m * p.N + n], ref, 1e-5 * mag + 1e-6)
+                << GemvIsaName(isa) << " bf16=" << bf16 << " K=" << K << " M=" << M << " m=" << m << " n=" << n;
           }
         }
       }
@@ -80,24 +85,19 @@ TEST(GemvKernelsTest, MatchesDoubleReference) {
 
 // Row m of a pass of M rows equals the same row run alone, bit for bit, and a
 // column range gives the columns of the whole range.
-TEST(GemvKernelsTest, RowResultIndependentOfRowsAndColumnRange) {
-  for (GemvIsa isa : kIsas) {
-    if (Skip(isa)) {
-      std::printf("[ SKIPPED  ] %s: this CPU lacks it\n", GemvIsaName(isa));
-      continue;
-    }
-    for (bool bf16 : {false, true}) {
-      for (int64_t K : {24, 100, 768}) {
-        const Problem p(kGemvMaxRows, K, 23, static_cast<uint32_t>(K));
-        const std::vector<float> all = p.Run(bf16, isa, 0, kGemvMaxRows, 0, p.N);
-        for (int64_t m = 0; m < kGemvMaxRows; ++m) {
-          const std::vector<float> one = p.Run(bf16, isa, m, 1, 3, 22);  // odd start, 19 columns
-          for (int64_t n = 3; n < 22; ++n) {
-            ASSERT_EQ(std::memcmp(&one[m * p.N + n], &all[m * p.N + n], 4), 0)
-                << GemvIsaName(isa) << " bf16=" << bf16 << " K=" << K << " m=" << m << " n=" << n;
-          }
-          EXPECT_TRUE(std::isnan(one[m * p.N + 2]) && std::isnan(one[m * p.N + 22]));  // nothing outside
+TEST_P(GemvKernelsIsaTest, RowResultIndependentOfRowsAndColumnRange) {
+  const GemvIsa isa = GetParam();
+  for (bool bf16 : {false, true}) {
+    for (int64_t K : {24, 100, 768}) {
+      const Problem p(kGemvMaxRows, K, 23, static_cast<uint32_t>(K));
+      const std::vector<float> all = p.Run(bf16, isa, 0, kGemvMaxRows, 0, p.N);
+      for (int64_t m = 0; m < kGemvMaxRows; ++m) {
+        const std::vector<float> one = p.Run(bf16, isa, m, 1, 3, 22);  // odd start, 19 columns
+        for (int64_t n = 3; n < 22; ++n) {
+          ASSERT_EQ(std::memcmp(&one[m * p.N + n], &all[m * p.N + n], 4), 0)
+              << GemvIsaName(isa) << " bf16=" << bf16 << " K=" << K << " m=" << m << " n=" << n;
         }
+        EXPECT_TRUE(std::isnan(one[m * p.N + 2]) && std::isnan(one[m * p.N + 22]));  // nothing outside
       }
     }
   }
@@ -119,6 +119,11 @@ TEST(GemvKernelsTest, Avx512GivesAvx2Bits) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Avx2, GemvKernelsIsaTest, ::testing::Values(GemvIsa::kAvx2),
+                         [](const ::testing::TestParamInfo<GemvIsa>&) { return std::string("Avx2"); });
+INSTANTIATE_TEST_SUITE_P(Avx512, GemvKernelsIsaTest, ::testing::Values(GemvIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<GemvIsa>&) { return std::string("Avx512"); });
 
 TEST(GemvKernelsTest, DefaultIsaIsTheWidestUnlessForced) {
   const char* forced = std::getenv("PDSERVE_ISA");

@@ -4,8 +4,9 @@
 // fp32 rounding only), with odd block counts, every row count up to
 // kGemvMaxRows and odd column ranges; the extreme int8 values; the VNNI
 // build gives the AVX2 build's bits exactly; a row's result does not depend
-// on the rows sharing its pass (batch invariance). The VNNI cases skip,
-// saying so, on a CPU without AVX-512 VNNI.
+// on the rows sharing its pass (batch invariance). One case tests one ISA
+// (Avx2/..., Avx512/...): the VNNI cases skip with GTEST_SKIP, and their
+// reason, on a CPU without AVX-512 VNNI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/model/gemv_kernels.h"
@@ -80,37 +82,36 @@ struct Problem {
 
 // 1, 2, 3, 5 blocks (odd counts take the lone-block tail), 768 and 1536 (the 502M's).
 const int64_t kKs[] = {32, 64, 96, 160, 768, 1536};
-const GemvIsa kIsas[] = {GemvIsa::kAvx2, GemvIsa::kAvx512};
-
 bool Lacks(GemvIsa isa) { return isa == GemvIsa::kAvx512 ? !GemvQ8VnniAvailable() : !GemvQ8Available(); }
 
-bool SkipSaying(GemvIsa isa) {
-  if (!Lacks(isa)) return false;
-  std::printf("[ SKIPPED  ] GemvQ8Dot %s: this CPU lacks %s\n", GemvIsaName(isa),
-              isa == GemvIsa::kAvx512 ? "AVX-512 F/BW/VL + VNNI" : "AVX2/FMA/F16C");
-  return true;
-}
+// The cases run once per ISA: Avx2/GemvQ8IsaTest.*, Avx512/GemvQ8IsaTest.*.
+class GemvQ8IsaTest : public ::testing::TestWithParam<GemvIsa> {
+ protected:
+  void SetUp() override {
+    if (Lacks(GetParam())) {
+      GTEST_SKIP() << "this CPU lacks " << (GetParam() == GemvIsa::kAvx512 ? "AVX-512 F/BW/VL + VNNI" : "AVX2/FMA/F16C");
+    }
+  }
+};
 
-TEST(GemvQ8Test, MatchesExactBlockDotReference) {
-  for (GemvIsa isa : kIsas) {
-    if (SkipSaying(isa)) continue;
-    for (bool extreme : {false, true}) {
-      for (int64_t K : kKs) {
-        for (int64_t M = 1; M <= kGemvMaxRows; ++M) {
-          const Problem p(M, K, 11, static_cast<uint32_t>(K * 5 + M), extreme);
-          const int64_t n0 = 1;  // an odd start: both row groupings and their remainders
-          const std::vector<float> y = p.Run(isa, 0, M, n0, p.N);
-          for (int64_t m = 0; m < M; ++m) {
-            EXPECT_TRUE(std::isnan(y[m * p.N]));  // nothing outside [n0, N)
-            for (int64_t n = n0; n < p.N; ++n) {
-              double want = 0, scale = 0;
-              p.Reference(m, n, &want, &scale);
-              // fp32 roundings on a lane's path: d_w * d_x, nb / 2 FMAs, 4 in the reduction.
-              const double bound = (p.nb / 2 + 6) * std::ldexp(1.0, -24) * scale;
-              EXPECT_LE(std::abs(y[m * p.N + n] - want), bound)
-                  << GemvIsaName(isa) << " K=" << K << " M=" << M << " m=" << m << " n=" << n
-                  << " extreme=" << extreme;
-            }
+TEST_P(GemvQ8IsaTest, MatchesExactBlockDotReference) {
+  const GemvIsa isa = GetParam();
+  for (bool extreme : {false, true}) {
+    for (int64_t K : kKs) {
+      for (int64_t M = 1; M <= kGemvMaxRows; ++M) {
+        const Problem p(M, K, 11, static_cast<uint32_t>(K * 5 + M), extreme);
+        const int64_t n0 = 1;  // an odd start: both row groupings and their remainders
+        const std::vector<float> y = p.Run(isa, 0, M, n0, p.N);
+        for (int64_t m = 0; m < M; ++m) {
+          EXPECT_TRUE(std::isnan(y[m * p.N]));  // nothing outside [n0, N)
+          for (int64_t n = n0; n < p.N; ++n) {
+            double want = 0, scale = 0;
+            p.Reference(m, n, &want, &scale);
+            // fp32 roundings on a lane's path: d_w * d_x, nb / 2 FMAs, 4 in the reduction.
+            const double bound = (p.nb / 2 + 6) * std::ldexp(1.0, -24) * scale;
+            EXPECT_LE(std::abs(y[m * p.N + n] - want), bound)
+                << GemvIsaName(isa) << " K=" << K << " M=" << M << " m=" << m << " n=" << n
+                << " extreme=" << extreme;
           }
         }
       }
@@ -118,26 +119,29 @@ TEST(GemvQ8Test, MatchesExactBlockDotReference) {
   }
 }
 
-TEST(GemvQ8Test, RowResultIndependentOfRowsSharingThePass) {
-  for (GemvIsa isa : kIsas) {
-    if (SkipSaying(isa)) continue;
-    for (int64_t K : {int64_t{96}, int64_t{768}}) {
-      const Problem p(kGemvMaxRows, K, 23, static_cast<uint32_t>(K + 1));
-      const std::vector<float> all = p.Run(isa, 0, kGemvMaxRows, 0, p.N);
-      for (int64_t m = 0; m < kGemvMaxRows; ++m) {
-        for (int64_t rows = 1; m + rows <= kGemvMaxRows; ++rows) {
-          const std::vector<float> part = p.Run(isa, m, rows, 3, 21);
-          for (int64_t n = 3; n < 21; ++n) {
-            ASSERT_EQ(std::memcmp(&all[m * p.N + n], &part[m * p.N + n], 4), 0)
-                << GemvIsaName(isa) << " K=" << K << " row " << m << " in a pass of " << rows << ", n=" << n;
-          }
+TEST_P(GemvQ8IsaTest, RowResultIndependentOfRowsSharingThePass) {
+  const GemvIsa isa = GetParam();
+  for (int64_t K : {int64_t{96}, int64_t{768}}) {
+    const Problem p(kGemvMaxRows, K, 23, static_cast<uint32_t>(K + 1));
+    const std::vector<float> all = p.Run(isa, 0, kGemvMaxRows, 0, p.N);
+    for (int64_t m = 0; m < kGemvMaxRows; ++m) {
+      for (int64_t rows = 1; m + rows <= kGemvMaxRows; ++rows) {
+        const std::vector<float> part = p.Run(isa, m, rows, 3, 21);
+        for (int64_t n = 3; n < 21; ++n) {
+          ASSERT_EQ(std::memcmp(&all[m * p.N + n], &part[m * p.N + n], 4), 0)
+              << GemvIsaName(isa) << " K=" << K << " row " << m << " in a pass of " << rows << ", n=" << n;
         }
       }
     }
   }
 }
 
-TEST(GemvQ8Test, VnniGivesAvx2Bits) {
+INSTANTIATE_TEST_SUITE_P(Avx2, GemvQ8IsaTest, ::testing::Values(GemvIsa::kAvx2),
+                         [](const ::testing::TestParamInfo<GemvIsa>&) { return std::string("Avx2"); });
+INSTANTIATE_TEST_SUITE_P(Avx512, GemvQ8IsaTest, ::testing::Values(GemvIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<GemvIsa>&) { return std::string("Avx512"); });
+
+TEST(GemvQ8Test, Avx512VnniGivesAvx2Bits) {
   if (Lacks(GemvIsa::kAvx512)) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL + VNNI";
   for (int64_t K : kKs) {
     for (int64_t M = 1; M <= kGemvMaxRows; ++M) {

@@ -152,7 +152,9 @@ class TestReceiver final : public KvReceiver {
 };
 
 // Polls `pred` until it holds or `timeout` passes; returns its last value.
-inline bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(5)) {
+// The deadline is generous (sanitizer builds, a loaded machine): it only
+// bounds how long a broken test hangs, never what a passing one must do.
+inline bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(60)) {
   const absl::Time end = absl::Now() + timeout;
   while (!pred()) {
     if (absl::Now() > end) return pred();

@@ -309,7 +309,9 @@ TEST_P(KvTransferTest, CancelMidStreamAbortsTheReceiver) {
   EXPECT_FALSE(after.ok());
   EXPECT_EQ(after.code(), absl::StatusCode::kCancelled) << after;
   session->reset();
-  absl::SleepFor(absl::Milliseconds(20));
+  // The receive session is gone (destroyed above): nothing can call it again,
+  // so its counts are final.
+  ASSERT_TRUE(Destroyed(log));
   got = log->Get();
   EXPECT_EQ(got.abort_calls, 1) << "aborted more than once";
   EXPECT_EQ(got.finish_calls, 0);
@@ -354,7 +356,9 @@ TEST_P(KvTransferTest, CompletedSessionIsNotAbortedByCancelOrDestruction) {
   (*session)->CancelSend();
   session->reset();
   auto log = receiver_.last();
-  absl::SleepFor(absl::Milliseconds(20));
+  // Wait for the receive session's end (it is freed after the acknowledgement):
+  // from then on nothing can abort it, so the counts below are final.
+  ASSERT_TRUE(Destroyed(log)) << "receive session not freed after the commit";
   SessionLog::View got = log->Get();
   EXPECT_EQ(got.finish_calls, 1);
   EXPECT_EQ(got.abort_calls, 0) << got.abort_status;

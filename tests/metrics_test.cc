@@ -163,7 +163,10 @@ TEST_F(MetricsServerTest, SlowClientDoesNotBlockAScrape) {
       if (!stop && !SendAll(slow, "a")) break;
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server has taken the slow one
+  // No wait needed for "the server has the slow one": connect() returned, so
+  // the slow connection sits in the listening socket's (FIFO) accept queue
+  // ahead of the scrape's below, with its partial request sent; a server that
+  // answers the scrape has accepted the slow connection first.
 
   const HttpResult r = Get(server_->port(), "/metrics");
   stop = true;
@@ -184,7 +187,8 @@ TEST_F(MetricsServerTest, IdleConnectionsDoNotBlockAScrape) {
     ASSERT_GE(fd, 0);
     idle.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Every idle connection is established (connect() returned) and so ahead
+  // of the scrape's in the FIFO accept queue: no sleep needed to order them.
   const HttpResult r = Get(server_->port(), "/metrics");
   for (int fd : idle) close(fd);
   ASSERT_TRUE(r.complete) << "a scrape got no full answer within " << kSocketTimeoutSeconds

@@ -28,7 +28,7 @@ if(PDSERVE_SANITIZE STREQUAL "thread")
   add_library(pdserve_absl_tsan_shim OBJECT sanitizers/absl_tsan_shim.cc)
   target_link_libraries(pdserve_absl_tsan_shim PUBLIC absl::synchronization absl::time)
   foreach(t worker_pool_test admission_queue_test router_service_test kv_transfer_test batch_scheduler_test
-            decode_service_test)
+            spin_pool_test http_server_test openai_http_test metrics_test client_disconnect_test)
     if(TARGET ${t})
       target_link_libraries(${t} PRIVATE pdserve_absl_tsan_shim ${CMAKE_DL_LIBS})
       target_link_options(${t} PRIVATE -rdynamic)

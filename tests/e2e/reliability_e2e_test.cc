@@ -114,7 +114,7 @@ struct Stack {
   std::string Metrics(const std::string& name) {
     std::string body;
     WaitUntil([&] { return !(body = ::pdserve::testing::HttpGetMetrics(metrics_port[name])).empty(); },
-              std::chrono::seconds(5));
+              std::chrono::seconds(60));
     return body;
   }
 };
@@ -254,7 +254,7 @@ TEST_F(ReliabilityE2eTest, DecodeRestartedDuringPrefillIsRetriedElsewhere) {
   client.join();
   ASSERT_TRUE(got.status.ok()) << got.status.error_code() << " " << got.status.error_message() << "\n" << g->procs["R"]->Log();
   EXPECT_EQ(got.ids, Reference(req));
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 2: the router's metrics and log say DEADLINE_EXCEEDED, not CANCELLED.
@@ -266,10 +266,10 @@ TEST_F(ReliabilityE2eTest, DeadlineIsCountedAsDeadlineExceeded) {
   GenerateResult got = Generate(Addr("R"), IdsRequest(Prompt(20, 2), 4), std::chrono::seconds(1));
   g->Signal("P", SIGCONT);
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << got.status.error_message();
-  EXPECT_TRUE(WaitUntil([&] { return MetricValue(g->Metrics("R"), dl) == dl0 + 1; }, std::chrono::seconds(5)))
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(g->Metrics("R"), dl) == dl0 + 1; }, std::chrono::seconds(60)))
       << g->Metrics("R");
   EXPECT_EQ(MetricValue(g->Metrics("R"), cancelled), c0);
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 3: a hand-off stream that ends without its commit is one rejection.
@@ -287,8 +287,10 @@ TEST_F(ReliabilityE2eTest, HandoffRejectedAtItsEndIsCountedOnce) {
   writer->WritesDone();
   EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(res.Status().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_TRUE(WaitUntil([&] { return MetricValue(g->Metrics("D1"), series) == r0 + 1; }, std::chrono::seconds(5)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(g->Metrics("D1"), series) == r0 + 1; }, std::chrono::seconds(60)));
+  // Once the decode worker holds nothing of it (reservation and hand-off gone)
+  // nothing is left to count it again: the count is final.
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
   EXPECT_EQ(MetricValue(g->Metrics("D1"), series), r0 + 1) << "one rejected hand-off counted more than once";
 }
 
@@ -324,13 +326,25 @@ TEST_F(ReliabilityE2eTest, AllDecodeWorkersFullWaitsAndNamesTheKvBudget) {
   GenerateResult later;
   auto req = IdsRequest(Prompt(200, 4), 20);
   req.mutable_sampling()->set_ignore_eos(true);
-  std::thread client([&] { later = Generate(Addr("R"), req, std::chrono::seconds(60)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double requeued0 = MetricValue(g->Metrics("R"), "pdserve_router_requeued_total");
+  std::thread client([&] { later = Generate(Addr("R"), req, std::chrono::seconds(120)); });
+  // The request must be waiting for room (it found every decode worker full
+  // and went back to the router's queue) before the room is made: otherwise
+  // this would test nothing.
+  const bool queued = WaitUntil(
+      [&] {
+        const std::string m = g->Metrics("R");
+        return MetricValue(m, "pdserve_router_requeued_total") > requeued0 &&
+               MetricValue(m, "pdserve_router_queued_requests") >= 1;
+      },
+      std::chrono::seconds(60));
+  EXPECT_TRUE(queued) << "the request never waited in the router's queue for a full decode worker (60 s):\n"
+                      << g->Metrics("R");
   fill.clear();
   client.join();
   ASSERT_TRUE(later.status.ok()) << later.status.error_message();
   EXPECT_EQ(later.ids, Reference(req));
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 5: a second Decode with a live id is refused and leaves the first
@@ -344,7 +358,7 @@ TEST_F(ReliabilityE2eTest, DuplicateDecodeIdDoesNotCancelTheLiveRequest) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(DecodeLoad(Addr("D2")).active_sequences(), 1u) << "the refused duplicate cancelled the live request";
   first.reset();
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 6: a hand-off that never commits frees its K/V when its request
@@ -377,11 +391,11 @@ TEST_F(ReliabilityE2eTest, AbandonedHandoffsFreeTheirMemory) {
       bytes += static_cast<int64_t>(c.data().payload().size());
     }
     ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).kv_bytes_allocated() == static_cast<uint64_t>(bytes); },
-                          std::chrono::seconds(5)))
+                          std::chrono::seconds(60)))
         << "the bytes of a hand-off in progress are not counted: " << DecodeLoad(Addr("Dt")).kv_bytes_allocated();
     res.reset();  // the request ends; its push stays open
     ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).kv_bytes_allocated() == 0; },
-                          std::chrono::seconds(5)));
+                          std::chrono::seconds(60)));
     open.push_back(std::move(push));
   }
   const int64_t growth = RssBytes(pid) - before;
@@ -394,7 +408,7 @@ TEST_F(ReliabilityE2eTest, AbandonedHandoffsFreeTheirMemory) {
     p->writer->WritesDone();
     EXPECT_FALSE(p->writer->Finish().ok());
   }
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 7: the internal RPCs check what any caller sends before working.
@@ -447,7 +461,7 @@ TEST_F(ReliabilityE2eTest, InternalRpcsValidateBeforeWorking) {
     grpc::Status st = reader->Finish();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << n << ": " << st.error_message();
   }
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Defect 10: client text cannot forge an access-log line; negative
@@ -459,21 +473,40 @@ TEST_F(ReliabilityE2eTest, AccessLogEscapesAndNegativeTemperatureIsGreedy) {
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.ids, Reference(req));
   ASSERT_TRUE(WaitUntil([&] { return g->procs["R"]->Log().find("\\nrequest forged") != std::string::npos; },
-                        std::chrono::seconds(5)))
+                        std::chrono::seconds(60)))
       << g->procs["R"]->Log();
   EXPECT_EQ(g->procs["R"]->Log().find("\nrequest forged"), std::string::npos);
 }
 
 // Defect 10: the hand-off timeout runs from the last progress, so a prefill
 // far longer than it (Dt: 1 s) succeeds; Pt heartbeats every 200 ms.
+// "Longer than the timeout" is shown by the order of events on Dt's own clock,
+// not by a duration: once the request's reservation is on Dt and Pt prefills
+// it, an idle reservation made on Dt (a lease of the same timeout, started
+// later) must expire while Pt is still prefilling the request, and the request
+// must then succeed. The prefill is long by construction: 30,000 prompt tokens
+// (near E2eConfig's 32,768 context) in chunks of 4 on one thread
+// (Stack::Worker), 7,500 chunks whose attention reads up to 30,000 keys each.
 TEST_F(ReliabilityE2eTest, PrefillLongerThanTheHandoffTimeoutSucceeds) {
-  auto req = IdsRequest(Prompt(12000, 8), 3);
+  auto req = IdsRequest(Prompt(30000, 8), 3);
   req.mutable_sampling()->set_ignore_eos(true);
-  const auto t0 = std::chrono::steady_clock::now();
-  GenerateResult got = Generate(Addr("Rt"), req);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
-  EXPECT_GT(seconds, 1.0) << "the prefill was too short to test the timeout";
+  GenerateResult got;
+  std::thread client([&] { got = Generate(Addr("Rt"), req, std::chrono::seconds(600)); });
+  const bool prefilling = WaitUntil(
+      [] { return DecodeLoad(Addr("Dt")).active_sequences() >= 1 && PrefillLoad(Addr("Pt")).active_sequences() >= 1; },
+      std::chrono::seconds(60));
+  EXPECT_TRUE(prefilling) << "the request never reached Dt and Pt";
+  if (prefilling) {
+    Reservation idle(Addr("Dt"), "idle-lease", 10);
+    const grpc::Status st = idle.Status();  // returns when its lease expires
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    EXPECT_NE(st.error_message().find("--handoff-timeout-s"), std::string::npos) << st.error_message();
+    EXPECT_GE(PrefillLoad(Addr("Pt")).active_sequences(), 1u)
+        << "the prefill ended before a later lease of Dt's 1 s hand-off timeout expired: too short to test the "
+           "timeout (make the prompt longer)";
+  }
+  client.join();
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << g->procs["Dt"]->Log();
   EXPECT_EQ(got.ids.size(), 3u);
 }
 
@@ -498,7 +531,7 @@ TEST_F(ReliabilityE2eTest, BurstOfAThousandIsServed) {
   }
   for (auto& t : clients) t.join();
   EXPECT_EQ(ok.load(), kBurst) << (errors.empty() ? "" : errors.front());
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ReliabilityE2eTest, PerClientCapIsResourceExhausted) {
@@ -508,13 +541,13 @@ TEST_F(ReliabilityE2eTest, PerClientCapIsResourceExhausted) {
     held.emplace_back([i] { Generate(Addr("Rc"), IdsRequest(Prompt(9, 20 + i), 2), std::chrono::seconds(30)); });
   }
   ASSERT_TRUE(WaitUntil([] { return MetricValue(g->Metrics("Rc"), "pdserve_router_inflight_requests") == 2; },
-                        std::chrono::seconds(10)));
+                        std::chrono::seconds(60)));
   GenerateResult third = Generate(Addr("Rc"), IdsRequest(Prompt(9, 22), 2));
   EXPECT_EQ(third.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << third.status.error_message();
   EXPECT_NE(third.status.error_message().find("--max-inflight-per-client"), std::string::npos);
   g->Signal("P", SIGCONT);
   for (auto& t : held) t.join();
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 // Leases: a reservation whose hand-off never comes is released after the
@@ -523,12 +556,12 @@ TEST_F(ReliabilityE2eTest, PerClientCapIsResourceExhausted) {
 // (UNAVAILABLE: another prefill worker may succeed).
 TEST_F(ReliabilityE2eTest, LeasesEndReservationsAndHalfReceivedHandoffs) {
   {
-    const auto t0 = std::chrono::steady_clock::now();
     Reservation res(Addr("Dt"), "never-pushed", 10);
     grpc::Status st = res.Status();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    // Released by the hand-off timeout (the message names it), whenever that
+    // fires on a loaded machine: no bound on the time taken.
     EXPECT_NE(st.error_message().find("--handoff-timeout-s"), std::string::npos) << st.error_message();
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }
   {
     Reservation res(Addr("Dt"), "half-pushed", 3000);
@@ -538,7 +571,7 @@ TEST_F(ReliabilityE2eTest, LeasesEndReservationsAndHalfReceivedHandoffs) {
     auto writer = stub->PushKv(&ctx, &resp);
     auto chunks = HandoffChunks("half-pushed", DecodeLoad(Addr("Dt")).model_fingerprint(), 3000);
     for (size_t i = 0; i < chunks.size() / 2; ++i) ASSERT_TRUE(writer->Write(chunks[i]));
-    ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).kv_bytes_allocated() > 0; }, std::chrono::seconds(5)));
+    ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).kv_bytes_allocated() > 0; }, std::chrono::seconds(60)));
     ctx.TryCancel();  // the prefill worker dies
     writer->Finish();
     grpc::Status st = res.Status();
@@ -568,7 +601,7 @@ TEST_F(ReliabilityE2eTest, ClientThatReadsNothingIsCancelledNotBuffered) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
   auto reader = stub->Generate(&ctx, req);
-  ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).active_sequences() == 1; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).active_sequences() == 1; }, std::chrono::seconds(60)));
   EXPECT_TRUE(WaitUntil([&] { return DecodeLoad(Addr("Dt")).active_sequences() == 0; }, std::chrono::seconds(180)))
       << "the decode worker still generates for a client that reads nothing";
   const int64_t growth = RssBytes(router) - before;

@@ -38,6 +38,7 @@ using ::pdserve::testing::E2eConfig;
 using ::pdserve::testing::Generate;
 using ::pdserve::testing::GenerateResult;
 using ::pdserve::testing::IdsRequest;
+using ::pdserve::testing::MetricValue;
 using ::pdserve::testing::PrefillLoad;
 using ::pdserve::testing::Prompt;
 using ::pdserve::testing::WaitUntil;
@@ -240,7 +241,7 @@ TEST_F(ServingE2eTest, SixteenConcurrentRequestsAllCorrectAndBatched) {
   }
   const uint32_t batched = std::max(DecodeLoad(Addr("D1")).max_batch_size(), DecodeLoad(Addr("D2")).max_batch_size());
   EXPECT_GT(batched, 1u) << "the decode workers never ran more than one sequence per step";
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ServingE2eTest, LocalPrefillOnTheDecodeWorkerGivesTheSameTokens) {
@@ -275,7 +276,7 @@ TEST_F(ServingE2eTest, LocalPrefillOnTheDecodeWorkerGivesTheSameTokens) {
     EXPECT_EQ(got[i].usage.prefill_worker() == got[i].usage.decode_worker(), local) << "request " << i;
   }
   EXPECT_EQ(local_prefills() - before, 4);
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ServingE2eTest, BadInputsGetInvalidArgumentAndTheServersKeepServing) {
@@ -367,7 +368,7 @@ TEST_F(ServingE2eTest, TextPromptsAndStopSequences) {
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.finish, pdserve::v1::FINISH_REASON_STOP);
   EXPECT_EQ(got.ids, std::vector<int64_t>(ref.begin(), ref.begin() + stop_at + 1));
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ServingE2eTest, FingerprintMismatchIsFailedPrecondition) {
@@ -489,7 +490,7 @@ TEST_F(ServingE2eTest, DamagedHandoffsAreRejectedAndLeakNothing) {
   EXPECT_TRUE(good.DecodeStatus().ok());
   EXPECT_TRUE(unrelated.Push(ValidChunks("admitted", fp, 13)).ok());
   EXPECT_TRUE(unrelated.DecodeStatus().ok());
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ServingE2eTest, ClientCancelFreesEverything) {
@@ -504,7 +505,7 @@ TEST_F(ServingE2eTest, ClientCancelFreesEverything) {
   });
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::CANCELLED) << got.status.error_message();
   EXPECT_TRUE(saw_load) << "the request held no KV while streaming";
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5))) << "KV still held after the client cancelled";
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60))) << "KV still held after the client cancelled";
 }
 
 TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
@@ -528,18 +529,31 @@ TEST_F(ServingE2eTest, FullKvBudgetSendsTheRequestToTheOtherWorker) {
   // Releasing the filler frees its reservation.
   filler.Cancel();
   EXPECT_EQ(filler.DecodeStatus().error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60)));
 }
 
 TEST_F(ServingE2eTest, DeadlineStopsPrefillAndFreesEverything) {
   // 12000 tokens in 4-token chunks: seconds of prefill, unless it stops.
   auto req = IdsRequest(Prompt(12000, 8), 8);
-  const auto t0 = std::chrono::steady_clock::now();
+  // Prefill calls ended on P1 and P2: with `code`, or all of them ("").
+  auto prefill_ends = [](const std::string& code) {
+    double n = 0;
+    for (const char* p : {"P1", "P2"}) {
+      n += MetricValue(::pdserve::testing::HttpGetMetrics(g_stack->metrics_port[p]),
+                       code.empty() ? "pdserve_prefill_requests_total"
+                                    : "pdserve_prefill_requests_total{code=\"" + code + "\"}");
+    }
+    return n;
+  };
+  const double ok0 = prefill_ends("OK"), failed0 = prefill_ends("") - ok0;
   GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(1));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << got.status.error_message();
-  EXPECT_LT(seconds, 3.0);
-  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(2))) << "a worker still holds the expired request";
+  // The prefill ended as a failure (the router's cancel, or its hand-off
+  // broken under it), not as a success; then nothing is held anywhere.
+  EXPECT_TRUE(WaitUntil([&] { return prefill_ends("") - prefill_ends("OK") > failed0; }, std::chrono::seconds(60)))
+      << "the prefill of the expired request never ended";
+  EXPECT_EQ(prefill_ends("OK"), ok0) << "the prefill of the expired request succeeded";
+  EXPECT_TRUE(WaitUntil(AllFree, std::chrono::seconds(60))) << "a worker still holds the expired request";
 }
 
 TEST_F(ServingE2eTest, FullPrefillQueueIsResourceExhaustedAndCancelStopsPrefill) {
@@ -559,12 +573,15 @@ TEST_F(ServingE2eTest, FullPrefillQueueIsResourceExhaustedAndCancelStopsPrefill)
     calls.emplace_back([&, i, preq] { st[i] = stub->Prefill(&ctx[i], preq, &resp[i]); });
     ASSERT_TRUE(WaitUntil([&] { return PrefillLoad(Addr("Pq")).active_sequences() +
                                            PrefillLoad(Addr("Pq")).queued_requests() == static_cast<uint32_t>(i + 1); },
-                          std::chrono::seconds(5)));
+                          std::chrono::seconds(60)));
   }
   preq.set_request_id("rejected");
   st[2] = stub->Prefill(&ctx[2], preq, &resp[2]);
   EXPECT_EQ(st[2].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st[2].error_message();
   EXPECT_NE(st[2].error_message().find("queue full"), std::string::npos) << st[2].error_message();
+  const std::string cancelled = "pdserve_prefill_requests_total{code=\"CANCELLED\"}";
+  auto pq_cancelled = [&] { return MetricValue(::pdserve::testing::HttpGetMetrics(g_stack->metrics_port["Pq"]), cancelled); };
+  const double cancelled0 = pq_cancelled();
   ctx[0].TryCancel();
   ctx[1].TryCancel();
   for (auto& t : calls) t.join();
@@ -572,7 +589,11 @@ TEST_F(ServingE2eTest, FullPrefillQueueIsResourceExhaustedAndCancelStopsPrefill)
   EXPECT_TRUE(WaitUntil([&] {
     auto l = PrefillLoad(Addr("Pq"));
     return l.active_sequences() == 0 && l.queued_requests() == 0 && l.kv_bytes_used() == 0;
-  }, std::chrono::seconds(2))) << "the cancelled prefill kept running";
+  }, std::chrono::seconds(60))) << "the cancelled prefills never ended";
+  // Both ended as cancelled (the running one stopped by the cancel, the
+  // queued one taken off the queue), not run to their end: whatever the time
+  // that took, a prefill that kept running would end with another code.
+  EXPECT_EQ(pq_cancelled() - cancelled0, 2) << "the cancelled prefill kept running";
 }
 
 TEST_F(ServingE2eTest, MetricsAddUpAfterRealTraffic) {
@@ -611,7 +632,7 @@ TEST_F(ServingE2eTest, MetricsAddUpAfterRealTraffic) {
   EXPECT_TRUE(WaitUntil([&] { return sum({"D1", "D2"}, "pdserve_decode_kv_bytes_used") == 0 &&
                                      sum({"D1", "D2"}, "pdserve_decode_active_sequences") == 0 &&
                                      sum({"P1", "P2"}, "pdserve_prefill_kv_bytes") == 0; },
-                        std::chrono::seconds(5)))
+                        std::chrono::seconds(60)))
       << scrape("D1");
   EXPECT_GT(MetricValue(scrape("D1"), "pdserve_decode_kv_bytes_free"), 0);
 }
@@ -650,26 +671,58 @@ TEST_F(ServingE2eTest, AutoscalingGaugesMoveWithTraffic) {
   };
   start_stream(31);
   EXPECT_TRUE(WaitUntil([&] { return decode_sum(ratio) > 0 && decode_sum("pdserve_decode_requests_running") >= 1; },
-                        std::chrono::seconds(10)))
+                        std::chrono::seconds(60)))
       << scrape("D1") << scrape("D2");
   EXPECT_LE(decode_sum(ratio), 2.0);  // each worker's ratio is within [0, 1]
   start_stream(32);
   start_stream(33);
-  EXPECT_TRUE(WaitUntil([&] { return MetricValue(scrape("Rq"), waiting) >= 1; }, std::chrono::seconds(10)))
+  EXPECT_TRUE(WaitUntil([&] { return MetricValue(scrape("Rq"), waiting) >= 1; }, std::chrono::seconds(60)))
       << scrape("Rq");
   stop = true;
   for (auto& t : streams) t.join();
   EXPECT_TRUE(WaitUntil([&] { return decode_sum(ratio) == 0 && decode_sum("pdserve_decode_requests_running") == 0 &&
                                      MetricValue(scrape("Rq"), waiting) == 0; },
-                        std::chrono::seconds(5)))
+                        std::chrono::seconds(60)))
       << scrape("D1") << scrape("D2") << scrape("Rq");
   // All three counted once each (as aborted, unless one ran to its length
   // before the cancel), the first one surely cancelled.
   EXPECT_TRUE(WaitUntil([&] { return MetricValue(scrape("Rq"), completions) - completions0 == 3; },
-                        std::chrono::seconds(5)))
+                        std::chrono::seconds(60)))
       << scrape("Rq");
   EXPECT_GE(MetricValue(scrape("Rq"), aborted) - aborted0, 1) << scrape("Rq");
   EXPECT_GT(MetricValue(scrape("Rq"), "pdserve_router_itl_seconds_count"), itl0);
+}
+
+// After decode worker `name` (D1 or D2) restarted: waits until every router
+// that polls both (R, Rl, Rq) places a request on it again (they mark it
+// healthy on their next poll that gets through, once their channels stop
+// backing off from the failed ones). The other worker is filled meanwhile, so
+// a request can only be placed on `name`. Rs never polls and never saw the
+// worker fail: its channel reconnects on its next call.
+void AwaitRoutersPlaceOn(const std::string& name) {
+  const std::string restarted = g_stack->addr[name];
+  const std::string other = g_stack->addr[name == "D1" ? "D2" : "D1"];
+  const ModelConfig c = E2eConfig();
+  const int64_t free = DecodeLoad(other).kv_bytes_free();
+  int64_t t = 8;
+  while (MixedKVCache::BytesFor(CacheLayout(c), KvDtype::kF32, t + 1) <= free) ++t;
+  auto filler = std::make_unique<HandoffAttack>(other, "restart-filler", t - 5);
+  // 30 prompt + 20 new tokens: more than the filled worker has left.
+  auto probe = IdsRequest(Prompt(30, 77), 20);
+  probe.mutable_sampling()->set_ignore_eos(true);
+  for (const char* router : {"R", "Rl", "Rq"}) {
+    std::string last;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          GenerateResult r = Generate(g_stack->addr[router], probe, std::chrono::seconds(3));
+          last = r.status.ok() ? "placed on " + r.usage.decode_worker() : r.status.error_message();
+          return r.status.ok() && r.usage.decode_worker() == restarted;
+        },
+        std::chrono::seconds(60)))
+        << router << " never placed a request on the restarted " << name << " (" << restarted << "): " << last;
+  }
+  filler->Cancel();
+  filler.reset();
 }
 
 // Kills a decode worker mid-stream, and starts it again on its port at the
@@ -688,11 +741,10 @@ TEST_F(ServingE2eTest, KilledDecodeWorkerGivesUnavailableAndTheOtherServes) {
       // worker fail), through channels that back off reconnecting for up
       // to ~2.6 s after the failed polls: wait that out.
       EXPECT_TRUE(WaitUntil([&] { return DecodeLoad(g_stack->addr[*name]).kv_bytes_free() > 0; },
-                            std::chrono::seconds(20)));
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+                            std::chrono::seconds(60)));
+      AwaitRoutersPlaceOn(*name);
     }
   } restart{&killed};
-  const auto t0 = std::chrono::steady_clock::now();
   GenerateResult got = Generate(Addr("R"), req, std::chrono::seconds(30), [&](grpc::ClientContext*, auto& r) {
     if (r.ids.size() >= 3 && killed.empty()) {
       for (const char* d : {"D1", "D2"}) {
@@ -704,10 +756,9 @@ TEST_F(ServingE2eTest, KilledDecodeWorkerGivesUnavailableAndTheOtherServes) {
       }
     }
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(killed.empty());
+  // UNAVAILABLE, not the 30 s deadline: the router saw the stream break.
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::UNAVAILABLE) << got.status.error_message();
-  EXPECT_LT(seconds, 30.0);
   const std::string survivor = killed == "D1" ? Addr("D2") : Addr("D1");
   auto next = IdsRequest(Prompt(10, 7), 10);
   GenerateResult after = Generate(Addr("R"), next);
