@@ -5,9 +5,7 @@
 #include <limits>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -86,37 +84,6 @@ MaybeError CheckModel(const json& j, const ServedModel& model) {
   return e;
 }
 
-// Fields OpenAI defines that pdserve does not implement: refused unless
-// absent, null or neutral.
-MaybeError RefuseUnsupported(const json& j) {
-  struct Neutral {
-    const char* key;
-    json value;
-    const char* what;
-  };
-  const Neutral fields[] = {
-      {"n", 1, "only one choice per request is supported: 'n' must be 1"},
-      {"best_of", 1, "'best_of' must be 1"},
-      {"echo", false, "'echo' is not supported (must be false)"},
-      {"presence_penalty", 0, "'presence_penalty' is not supported (must be 0)"},
-      {"frequency_penalty", 0, "'frequency_penalty' is not supported (must be 0)"},
-      {"suffix", "", "'suffix' is not supported"},
-      {"logprobs", false, "'logprobs' is not supported"},
-      {"top_logprobs", 0, "'top_logprobs' is not supported"},
-  };
-  for (const Neutral& f : fields) {
-    const json* v = Find(j, f.key);
-    if (v == nullptr) continue;
-    const bool zero_logprobs = std::string(f.key) == "logprobs" && v->is_number_integer() && v->get<int64_t>() == 0;
-    if (*v != f.value && !zero_logprobs) return Bad(f.key, f.what);
-  }
-  for (const char* key : {"logit_bias", "tools", "functions"}) {
-    const json* v = Find(j, key);
-    if (v != nullptr && !v->empty()) return Bad(key, absl::StrCat("'", key, "' is not supported"));
-  }
-  return std::nullopt;
-}
-
 MaybeError ParseStop(const json& j, pdserve::v1::SamplingParams* s) {
   const json* v = Find(j, "stop");
   if (v == nullptr) return std::nullopt;
@@ -148,6 +115,12 @@ MaybeError ParseSampling(const json& j, uint32_t default_max_tokens, const Serve
   double temperature = 1.0, top_p = 1.0;
   OAI_RETURN_IF_ERROR(ReadNumber(j, "temperature", 0.0, 2.0, &temperature));
   OAI_RETURN_IF_ERROR(ReadNumber(j, "top_p", 0.0, 1.0, &top_p));
+  if (top_p == 0.0) {
+    // Only the most likely token: greedy. The proto's top_p 0 would mean 1
+    // (keep every token), so it is not passed on as 0.
+    temperature = 0.0;
+    top_p = 1.0;
+  }
   s->set_temperature(static_cast<float>(temperature));
   s->set_top_p(static_cast<float>(top_p));
   int64_t top_k = 0;
@@ -169,6 +142,16 @@ MaybeError ParseStreaming(const json& j, OpenAiRequest* out) {
   const json* opts = Find(j, "stream_options");
   if (opts == nullptr) return std::nullopt;
   if (!opts->is_object()) return Bad("stream_options", "'stream_options' must be an object");
+  for (auto it = opts->begin(); it != opts->end(); ++it) {
+    const std::string param = absl::StrCat("stream_options.", it.key().substr(0, 128));
+    if (it.key() == "include_usage") continue;
+    // pdserve never adds OpenAI's obfuscation padding: false only.
+    if (it.key() == "include_obfuscation" && (it->is_null() || *it == false)) continue;
+    if (it.key() == "include_obfuscation") {
+      return Bad(param, absl::StrCat("'", param, "' must be false: pdserve does not pad chunks"));
+    }
+    return Bad(param, absl::StrCat("unknown field '", param, "': pdserve does not implement it"));
+  }
   if (MaybeError e = ReadBool(*opts, "include_usage", &out->include_usage)) {
     e->param = "stream_options.include_usage";
     e->message = "'stream_options.include_usage' must be a boolean";
@@ -256,7 +239,7 @@ std::optional<OpenAiError> ParseCompletionRequest(const std::string& body, const
   OAI_RETURN_IF_ERROR(ParseObject(body, &j));
   out->endpoint = OpenAiEndpoint::kCompletions;
   OAI_RETURN_IF_ERROR(CheckModel(j, model));
-  OAI_RETURN_IF_ERROR(RefuseUnsupported(j));
+  OAI_RETURN_IF_ERROR(CheckOpenAiFields(j, OpenAiEndpoint::kCompletions));
   OAI_RETURN_IF_ERROR(ParsePrompt(j, &out->generate));
   OAI_RETURN_IF_ERROR(ParseSampling(j, kDefaultCompletionMaxTokens, model, out->generate.mutable_sampling(),
                                     &out->seed_given));
@@ -272,7 +255,7 @@ std::optional<OpenAiError> ParseChatRequest(const std::string& body, const Serve
     return Bad("messages", absl::StrCat("model '", model.id,
                                         "' has no chat template (config.json 'chat_template'): use /v1/completions"));
   }
-  OAI_RETURN_IF_ERROR(RefuseUnsupported(j));
+  OAI_RETURN_IF_ERROR(CheckOpenAiFields(j, OpenAiEndpoint::kChat));
   const json* messages = Find(j, "messages");
   if (messages == nullptr) return Bad("messages", "'messages' is required");
   std::string prompt;
@@ -300,6 +283,11 @@ std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, cons
       for (const auto& [name, unused] : tmpl.roles) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
       return Bad(where + ".role", absl::StrCat("'", where, ".role' '", role->get<std::string>().substr(0, 64),
                                                "' is not in this model's chat template (", known, ")"));
+    }
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() == "role" || it.key() == "content" || it->is_null() || (it->is_array() && it->empty())) continue;
+      const std::string param = absl::StrCat(where, ".", it.key().substr(0, 128));
+      return Bad(param, absl::StrCat("'", param, "' is not supported: a message has a role and a content only"));
     }
     std::string content;
     OAI_RETURN_IF_ERROR(MessageContent(m, where, &content));
@@ -364,42 +352,6 @@ std::string ModelsBody(const ServedModel& model) {
             {"max_model_len", model.max_context}};
   return json{{"object", "list"}, {"data", json::array({std::move(m)})}}.dump(-1, ' ', false,
                                                                               json::error_handler_t::replace);
-}
-
-OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint) {
-  OpenAiError e;
-  e.message = absl::StrReplaceAll(status.error_message(),
-                                  {{"sampling.max_new_tokens", "max_tokens"}, {"max_new_tokens", "max_tokens"}});
-  switch (status.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT: {
-      e.http_status = 400;
-      const char* prompt = endpoint == OpenAiEndpoint::kChat ? "messages" : "prompt";
-      const std::pair<const char*, const char*> fields[] = {
-          {"max_tokens", "max_tokens"}, {"temperature", "temperature"}, {"top_p", "top_p"},
-          {"top_k", "top_k"},           {"stop", "stop"},               {"token_ids", prompt},
-          {"text:", prompt},            {"text tokenizes", prompt},     {"prompt", prompt}};
-      for (const auto& [needle, param] : fields) {
-        if (absl::StrContains(e.message, needle)) {
-          e.param = param;
-          break;
-        }
-      }
-      break;
-    }
-    case grpc::StatusCode::UNAUTHENTICATED:
-      e = {401, e.message, "authentication_error", "", "invalid_api_key"};
-      break;
-    case grpc::StatusCode::PERMISSION_DENIED: e = {403, e.message, "permission_error", "", ""}; break;
-    case grpc::StatusCode::NOT_FOUND: e = {404, e.message, "invalid_request_error", "", "not_found"}; break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      e = {429, e.message, "rate_limit_error", "", "rate_limit_exceeded"};
-      break;
-    case grpc::StatusCode::UNAVAILABLE: e = {503, e.message, "service_unavailable", "", "unavailable"}; break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: e = {504, e.message, "timeout", "", "deadline_exceeded"}; break;
-    case grpc::StatusCode::CANCELLED: e = {499, e.message, "cancelled", "", "cancelled"}; break;
-    default: e = {500, e.message, "server_error", "", "internal_error"}; break;
-  }
-  return e;
 }
 
 }  // namespace pdserve

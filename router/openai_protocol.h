@@ -9,13 +9,15 @@
 //   ModelsBody                     GET /v1/models
 //   OpenAiError, ErrorBody         {"error": {message, type, param, code}}
 //   ErrorFromGrpc                  a router status -> HTTP status + error
+//                                  (router/openai_status.h: the one table)
 //
 // Every refusal of a request is an OpenAiError whose `param` names the
 // field (400), or model_not_found (404) for a `model` that is not served.
-// Fields OpenAI defines that pdserve does not implement are refused when
-// set to anything but their neutral value (n != 1, echo, best_of,
-// logprobs, penalties, logit_bias, suffix, tools); unknown fields are
-// ignored, as OpenAI clients send extras.
+// Which fields exist and what pdserve does with each is one table,
+// router/openai_fields.h, walked before anything else is parsed: a field
+// pdserve does not implement is refused unless absent, null or at its
+// default (n 1, echo false, ...), and an unknown field is refused (400
+// naming it), never ignored.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,10 @@
 #include "grpcpp/support/status.h"
 #include "nlohmann/json_fwd.hpp"
 #include "pdserve/v1/generate.pb.h"
+#include "router/openai_fields.h"
+#include "router/openai_status.h"
 
 namespace pdserve {
-
-enum class OpenAiEndpoint { kCompletions, kChat };
 
 struct ServedModel {
   std::string id;                             // the OpenAI `model` (the config's name)
@@ -53,26 +55,22 @@ struct OpenAiRequest {
   bool seed_given = false;
 };
 
-struct OpenAiError {
-  int http_status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;  // the offending field; empty when none
-  std::string code;   // e.g. model_not_found, invalid_api_key; empty when none
-};
-
 // The error JSON: {"error": {"message", "type", "param", "code"}} (param
 // and code null when empty).
 std::string ErrorBody(const OpenAiError& error);
 
-// Parse a request body. nullopt and *out filled on success.
+// Parse a request body. nullopt and *out filled on success. `top_p: 0`
+// keeps only the most likely token: it is sent as greedy (temperature 0,
+// top_p 1), since the proto's top_p 0 means 1 (no truncation).
 std::optional<OpenAiError> ParseCompletionRequest(const std::string& body, const ServedModel& model,
                                                   OpenAiRequest* out);
 std::optional<OpenAiError> ParseChatRequest(const std::string& body, const ServedModel& model, OpenAiRequest* out);
 
 // The chat prompt for `messages` (the request's array): each message's
 // role prefix, content (a string, or an array of {"type": "text", "text"}
-// parts) and role suffix, then the generation prefix.
+// parts) and role suffix, then the generation prefix. A message key other
+// than role and content (name, tool_calls, ...) is refused unless null or
+// empty.
 std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, const ChatTemplate& tmpl,
                                             std::string* prompt);
 
@@ -99,12 +97,5 @@ std::string UsageChunkBody(OpenAiEndpoint endpoint, const CompletionPiece& piece
 
 // GET /v1/models.
 std::string ModelsBody(const ServedModel& model);
-
-// A failed router call as an OpenAI error: INVALID_ARGUMENT 400 (the field
-// guessed from the message, gRPC names translated: max_new_tokens ->
-// max_tokens, text/token_ids -> prompt or messages), UNAUTHENTICATED 401,
-// PERMISSION_DENIED 403, NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
-// UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499, the rest 500.
-OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint);
 
 }  // namespace pdserve

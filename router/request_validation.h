@@ -1,5 +1,10 @@
 // What the router checks before it spends a worker on a request. Every
-// failure is InvalidArgument with a sentence that names the field.
+// failure is InvalidArgument (or the tokenizer's code for a text prompt) with
+// a sentence that names the field, and the field as data: ErrorField(status)
+// (common/net/sampling_validation.h) is its proto path, e.g. "text",
+// "token_ids[2]", "sampling.max_new_tokens", "sampling.top_p",
+// "sampling.stop[1]". A prompt plus max_new_tokens above max_context names
+// sampling.max_new_tokens, or the prompt when it alone fills the context.
 #pragma once
 
 #include <cstdint>

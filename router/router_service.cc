@@ -2,6 +2,7 @@
 
 #include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
+#include "common/net/sampling_validation.h"
 #include "router/generate_call.h"
 
 namespace pdserve {
@@ -89,10 +90,17 @@ grpc::ServerWriteReactor<GenerateResponse>* RouterService::Generate(grpc::Callba
       this, context, *request, prompt.ok() ? std::move(*prompt) : std::vector<uint32_t>{}, UnguessableRequestId());
   call->BindContext(context);
   absl::StatusOr<AdmissionQueue::Ticket> ticket =
-      prompt.ok() ? queue_.Enter(ClientOfPeer(context->peer())) : prompt.status();
+      prompt.ok() ? queue_.Enter(call->client()) : prompt.status();
   if (!ticket.ok()) {
     RequestsCounter(static_cast<grpc::StatusCode>(ticket.status().code()))->Increment();
-    call->Close(ToGrpcStatus(ticket.status()));
+    // A refusal's field travels as data: the trailer pdserve-param (the
+    // OpenAI front's `param`, router/openai_status.h).
+    const std::string field = ErrorField(ticket.status());
+    if (field.empty()) {
+      call->Close(ToGrpcStatus(ticket.status()));
+    } else {
+      call->Close(ToGrpcStatus(ticket.status()), kFieldTrailerKey, field);
+    }
     if (options_.log_requests) call->LogRequest(ToGrpcStatus(ticket.status()));
     EndInflight();
     return call.get();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs libFuzzer targets (tests/fuzz/) built with ASan + UBSan.
 #
-#   scripts/fuzz.sh TARGET SECONDS     # one of: config safetensors tokenizer request_validation kv_wire
+#   scripts/fuzz.sh TARGET SECONDS     # one of: config safetensors tokenizer request_validation openai_request kv_wire
 #   scripts/fuzz.sh all SECONDS        # each in turn, SECONDS apiece
 #
 # Configures and builds the fuzz tree (clang, its own CMake project:
@@ -23,7 +23,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-TARGETS=(config safetensors tokenizer request_validation kv_wire)
+TARGETS=(config safetensors tokenizer request_validation openai_request kv_wire)
 
 usage() {
   echo "usage: $0 {all|${TARGETS[*]// /|}} SECONDS" >&2

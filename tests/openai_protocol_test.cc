@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <tuple>
 
 #include "nlohmann/json.hpp"
 
@@ -236,32 +239,242 @@ TEST_F(OpenAiProtocolTest, Models) {
   EXPECT_EQ(m["data"][0]["created"], 1700000000);
 }
 
-TEST_F(OpenAiProtocolTest, GrpcStatusesMapToHttp) {
-  const std::pair<grpc::StatusCode, int> cases[] = {
-      {grpc::StatusCode::INVALID_ARGUMENT, 400}, {grpc::StatusCode::UNAUTHENTICATED, 401},
-      {grpc::StatusCode::NOT_FOUND, 404},        {grpc::StatusCode::RESOURCE_EXHAUSTED, 429},
-      {grpc::StatusCode::UNAVAILABLE, 503},      {grpc::StatusCode::DEADLINE_EXCEEDED, 504},
-      {grpc::StatusCode::INTERNAL, 500},
+// Every gRPC code 0..16, checked against the table docs/http.md states.
+TEST_F(OpenAiProtocolTest, EveryGrpcCodeMapsToHttp) {
+  struct Want {
+    int http;
+    const char* type;
+    const char* code;
   };
-  for (const auto& [code, http] : cases) {
-    EXPECT_EQ(ErrorFromGrpc(grpc::Status(code, "m"), OpenAiEndpoint::kCompletions).http_status, http) << code;
+  const Want want[17] = {
+      {500, "server_error", "internal_error"},                  // OK (a call without an answer)
+      {503, "service_unavailable", "cancelled"},                // CANCELLED by the server
+      {500, "server_error", "internal_error"},                  // UNKNOWN
+      {400, "invalid_request_error", ""},                       // INVALID_ARGUMENT
+      {504, "timeout", "deadline_exceeded"},                    // DEADLINE_EXCEEDED
+      {404, "invalid_request_error", "not_found"},              // NOT_FOUND
+      {500, "server_error", "internal_error"},                  // ALREADY_EXISTS
+      {403, "permission_error", "permission_denied"},           // PERMISSION_DENIED
+      {429, "rate_limit_error", "rate_limit_exceeded"},         // RESOURCE_EXHAUSTED
+      {500, "server_error", "internal_error"},                  // FAILED_PRECONDITION
+      {500, "server_error", "internal_error"},                  // ABORTED
+      {400, "invalid_request_error", "context_length_exceeded"},  // OUT_OF_RANGE
+      {501, "not_implemented_error", "not_implemented"},        // UNIMPLEMENTED
+      {500, "server_error", "internal_error"},                  // INTERNAL
+      {503, "service_unavailable", "unavailable"},              // UNAVAILABLE
+      {500, "server_error", "internal_error"},                  // DATA_LOSS
+      {401, "authentication_error", "invalid_api_key"},         // UNAUTHENTICATED
+  };
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<grpc::StatusCode>(c);
+    EXPECT_EQ(static_cast<int>(GrpcToHttp(code).grpc_code), c);
+    const grpc::Status st = code == grpc::StatusCode::OK ? grpc::Status::OK : grpc::Status(code, "nope 12 34");
+    for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChat}) {
+      const OpenAiError e = ErrorFromGrpc(st, endpoint, "", /*client_gone=*/false);
+      EXPECT_EQ(e.http_status, want[c].http) << "code " << c;
+      EXPECT_EQ(e.type, want[c].type) << "code " << c;
+      EXPECT_EQ(e.code, want[c].code) << "code " << c;
+      EXPECT_TRUE(e.param.empty()) << "code " << c;
+      if (c != 0) {
+        EXPECT_EQ(e.message, "nope 12 34") << "code " << c;  // the numbers travel in the message
+      }
+      EXPECT_FALSE(e.message.empty()) << "code " << c;
+      // client_gone changes CANCELLED only.
+      const OpenAiError gone = ErrorFromGrpc(st, endpoint, "", /*client_gone=*/true);
+      EXPECT_EQ(gone.http_status, code == grpc::StatusCode::CANCELLED ? kClientClosedRequest : want[c].http)
+          << "code " << c;
+      // The 2-argument form is the 3-argument one without a field.
+      const OpenAiError two = ErrorFromGrpc(st, endpoint);
+      EXPECT_EQ(two.http_status, e.http_status);
+      EXPECT_EQ(two.code, e.code);
+    }
   }
-  EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no"), OpenAiEndpoint::kChat).code,
-            "invalid_api_key");
-  // The router's field names become OpenAI's.
-  OpenAiError e = ErrorFromGrpc(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.max_new_tokens 9000 is above this router's cap"),
-      OpenAiEndpoint::kCompletions);
+  EXPECT_EQ(GrpcToHttp(static_cast<grpc::StatusCode>(99)).http_status, 500);
+}
+
+// The router's field arrives as data (the pdserve-param trailer) and is
+// translated; nothing is guessed from the message.
+TEST_F(OpenAiProtocolTest, RouterFieldBecomesParam) {
+  const grpc::Status bad(grpc::StatusCode::INVALID_ARGUMENT, "sampling.max_new_tokens 9000 is above this router's cap");
+  OpenAiError e = ErrorFromGrpc(bad, OpenAiEndpoint::kCompletions, "sampling.max_new_tokens");
+  EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "max_tokens");
   EXPECT_EQ(e.message.find("max_new_tokens"), std::string::npos) << e.message;
-  EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "token_ids[1] = 9 is not below"),
-                          OpenAiEndpoint::kCompletions)
-                .param,
-            "prompt");
-  EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text tokenizes to no tokens"),
-                          OpenAiEndpoint::kChat)
-                .param,
-            "messages");
+  EXPECT_NE(e.message.find("9000"), std::string::npos) << e.message;
+  // No field sent: no param, whatever the message says.
+  EXPECT_EQ(ErrorFromGrpc(bad, OpenAiEndpoint::kCompletions).param, "");
+  EXPECT_EQ(ErrorFromGrpc(bad, OpenAiEndpoint::kCompletions, "").param, "");
+  const std::tuple<const char*, OpenAiEndpoint, const char*> cases[] = {
+      {"token_ids[1]", OpenAiEndpoint::kCompletions, "prompt"},
+      {"token_ids", OpenAiEndpoint::kCompletions, "prompt"},
+      {"text", OpenAiEndpoint::kCompletions, "prompt"},
+      {"text", OpenAiEndpoint::kChat, "messages"},
+      {"sampling.top_p", OpenAiEndpoint::kChat, "top_p"},
+      {"sampling.temperature", OpenAiEndpoint::kCompletions, "temperature"},
+      {"sampling.stop", OpenAiEndpoint::kCompletions, "stop"},
+      {"sampling.stop[2]", OpenAiEndpoint::kCompletions, "stop"},
+      {"sampling.max_new_tokens", OpenAiEndpoint::kChat, "max_tokens"},
+      {"texts", OpenAiEndpoint::kCompletions, "texts"},  // not "text": passed on as it is
+      {"request_id", OpenAiEndpoint::kCompletions, "request_id"},
+  };
+  for (const auto& [field, endpoint, param] : cases) {
+    EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "m"), endpoint, field).param, param)
+        << field;
+  }
+  // The ids-only tokenizer's refusal of text: 501 naming the prompt.
+  e = ErrorFromGrpc(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "text: no tokenizer"), OpenAiEndpoint::kChat, "text");
+  EXPECT_EQ(e.http_status, 501);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no"), OpenAiEndpoint::kChat).code,
+            "invalid_api_key");
+}
+
+// top_p 0 keeps only the most likely token: greedy, sent as temperature 0
+// (the proto's top_p 0 would mean "keep all").
+TEST_F(OpenAiProtocolTest, TopPZeroIsGreedy) {
+  ASSERT_FALSE(Completion(R"({"prompt": "a", "top_p": 0, "temperature": 0.8})"));
+  EXPECT_EQ(out_.generate.sampling().temperature(), 0.0f);
+  EXPECT_EQ(out_.generate.sampling().top_p(), 1.0f);
+  ASSERT_FALSE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0.0})"));
+  EXPECT_EQ(out_.generate.sampling().temperature(), 0.0f);
+  EXPECT_EQ(out_.generate.sampling().top_p(), 1.0f);
+  // Other values pass on unchanged.
+  ASSERT_FALSE(Completion(R"({"prompt": "a", "top_p": 0.25, "temperature": 0.8})"));
+  EXPECT_FLOAT_EQ(out_.generate.sampling().temperature(), 0.8f);
+  EXPECT_FLOAT_EQ(out_.generate.sampling().top_p(), 0.25f);
+  ASSERT_FALSE(Completion(R"({"prompt": "a"})"));
+  EXPECT_FLOAT_EQ(out_.generate.sampling().top_p(), 1.0f);
+  for (const char* body : {R"({"prompt": "a", "top_p": -0.01})", R"({"prompt": "a", "top_p": 1.01})",
+                           R"({"prompt": "a", "top_p": "0.5"})"}) {
+    std::optional<OpenAiError> e = Completion(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, "top_p") << body;
+  }
+}
+
+// Fields pdserve does not know are refused, never ignored.
+TEST_F(OpenAiProtocolTest, UnknownFieldsAre400NamingThem) {
+  const std::pair<const char*, const char*> completions[] = {
+      {R"({"prompt": "a", "min_p": 0.5})", "min_p"},
+      {R"({"prompt": "a", "repetition_penalty": 1.3})", "repetition_penalty"},
+      {R"({"prompt": "a", "min_tokens": 3})", "min_tokens"},
+      {R"({"prompt": "a", "use_beam_search": false})", "use_beam_search"},
+      {R"({"prompt": "a", "min_p": null})", "min_p"},
+      {R"({"prompt": "a", "messages": [{"role": "user", "content": "x"}]})", "messages"},
+      {R"({"prompt": "a", "response_format": {"type": "text"}})", "response_format"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true, "extra": 1}})", "stream_options.extra"},
+      {R"({"prompt": "a", "stream": true, "stream_options": {"include_obfuscation": true}})",
+       "stream_options.include_obfuscation"},
+      {R"({"prompt": "a", "logprobs": 0})", "logprobs"},
+      {R"({"prompt": "a", "user": 5})", "user"},
+  };
+  for (const auto& [body, field] : completions) {
+    std::optional<OpenAiError> e = Completion(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, field) << body << ": " << e->message;
+    EXPECT_NE(e->message.find(field), std::string::npos) << e->message;
+  }
+  const std::pair<const char*, const char*> chat[] = {
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+          "json_schema": {"name": "s", "schema": {}}}})", "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 1.3})", "repetition_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_json": {}})", "guided_json"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})", "prompt"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "suffix": ""})", "suffix"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "store": true})", "store"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "service_tier": "flex"})", "service_tier"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "metadata": "m"})", "metadata"},
+      {R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})", "messages[0].name"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y",
+          "tool_calls": [{"id": "1"}]}]})", "messages[1].tool_calls"},
+  };
+  for (const auto& [body, field] : chat) {
+    std::optional<OpenAiError> e = Chat(body);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->http_status, 400) << body;
+    EXPECT_EQ(e->param, field) << body << ": " << e->message;
+  }
+}
+
+// A refused field at its default (or null) is accepted: clients send them.
+TEST_F(OpenAiProtocolTest, DefaultsOfUnimplementedFieldsAreAccepted) {
+  EXPECT_FALSE(Completion(R"({"prompt": "a", "n": 1, "best_of": 1, "echo": false, "suffix": "", "logprobs": null,
+      "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u"})"));
+  EXPECT_FALSE(Chat(R"({"messages": [{"role": "user", "content": "x", "name": null},
+      {"role": "assistant", "content": "y", "tool_calls": [], "refusal": null}],
+      "n": 1, "logprobs": false, "top_logprobs": 0, "tools": [], "tool_choice": "none", "functions": null,
+      "response_format": {"type": "text"}, "store": false, "service_tier": "auto", "modalities": ["text"],
+      "metadata": {"k": "v"}, "parallel_tool_calls": true, "user": "u", "audio": null, "stream": true,
+      "stream_options": {"include_usage": true, "include_obfuscation": false}})"));
+  EXPECT_FALSE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "service_tier": "default"})"));
+}
+
+// The table's walk: every field of each endpoint, set to a value other than
+// its default, is either honoured (implemented, or accepted with no effect)
+// or refused with a 400 naming it; each allowed default is accepted; a
+// field of the other endpoint only is refused.
+TEST_F(OpenAiProtocolTest, EveryTableFieldIsImplementedOrRefusedByName) {
+  ASSERT_FALSE(OpenAiFields().empty());
+  for (const OpenAiField& f : OpenAiFields()) {
+    ASSERT_EQ(FindOpenAiField(f.name), &f) << f.name << " is in the table twice";
+    for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChat}) {
+      const bool chat = endpoint == OpenAiEndpoint::kChat;
+      json body = chat ? json{{"messages", {{{"role", "user"}, {"content", "x"}}}}} : json{{"prompt", "a"}};
+      auto parse = [&](const json& b) { return chat ? Chat(b.dump()) : Completion(b.dump()); };
+      const std::string where = std::string(f.name) + (chat ? " (chat)" : " (completions)");
+      body[f.name] = std::string(f.name) == "model" ? json(model_.id) : json::parse(f.example);
+      std::optional<OpenAiError> e = parse(body);
+      if (!IsFieldOf(f, endpoint)) {
+        ASSERT_TRUE(e) << where << " is not a field of the endpoint, yet accepted";
+        EXPECT_EQ(e->http_status, 400) << where;
+        EXPECT_EQ(e->param, f.name) << where;
+        continue;
+      }
+      switch (f.state) {
+        case FieldState::kImplemented:
+        case FieldState::kNoEffect:
+          EXPECT_FALSE(e) << where << ": " << (e ? e->message : "");
+          break;
+        case FieldState::kOnlyDefault:
+        case FieldState::kRefused:
+          ASSERT_TRUE(e) << where << " = " << f.example << " accepted";
+          EXPECT_EQ(e->http_status, 400) << where;
+          EXPECT_EQ(e->param, f.name) << where;
+          EXPECT_NE(e->message.find(f.name), std::string::npos) << where << ": " << e->message;
+          break;
+      }
+      if (f.state == FieldState::kImplemented) continue;
+      // null is absent; kOnlyDefault's defaults are accepted.
+      body[f.name] = nullptr;
+      EXPECT_FALSE(parse(body)) << where << " = null";
+      if (f.state == FieldState::kOnlyDefault) {
+        for (const json& allowed : json::parse(f.allowed)) {
+          body[f.name] = allowed;
+          EXPECT_FALSE(parse(body)) << where << " = " << allowed.dump();
+        }
+      }
+    }
+  }
+}
+
+// docs/http.md has a row for every field, stating what the code does:
+// "| `name` | <completions> | <chat> |".
+TEST_F(OpenAiProtocolTest, DocsListEveryTableField) {
+  std::ifstream in(PDSERVE_SOURCE_DIR "/docs/http.md");
+  ASSERT_TRUE(in) << "cannot read docs/http.md";
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string docs = buf.str();
+  for (const OpenAiField& f : OpenAiFields()) {
+    const std::string row = "\n| `" + std::string(f.name) + "` | " +
+                            FieldStateText(f, OpenAiEndpoint::kCompletions) + " | " +
+                            FieldStateText(f, OpenAiEndpoint::kChat) + " |";
+    EXPECT_NE(docs.find(row), std::string::npos) << "docs/http.md lacks the row (or it differs):" << row;
+  }
 }
 
 }  // namespace
