@@ -172,6 +172,7 @@ std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig*
   pdserve::OpenAiHttpOptions o = pdserve::RouterHttpOptions(kProgram, config, router->prefill_pool.get(),
                                                              router->decode_pool.get(), metrics, std::move(security));
   o.channel = router->server.server->InProcessChannel(pdserve::DefaultChannelArguments());
+  o.request_timeout = pdserve::HttpRequestTimeoutFromFlags();
   auto http = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(o));
   if (!http.ok()) pdserve::Die(http.status());
   return *std::move(http);

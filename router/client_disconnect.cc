@@ -1,8 +1,5 @@
 #include "router/client_disconnect.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -11,7 +8,6 @@
 #include <cstdlib>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace pdserve {
@@ -92,54 +88,6 @@ void ClientDisconnectWatcher::Run() {
       on_gone();
     }
   }
-}
-
-namespace {
-
-// "ADDR:PORT" of a socket address, the address as inet_ntop prints it.
-std::string Endpoint(const sockaddr_storage& ss) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (ss.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
-    inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
-    return absl::StrCat(buf, ":", ntohs(a.sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
-    inet_ntop(AF_INET6, &a.sin6_addr, buf, sizeof(buf));
-    return absl::StrCat(buf, ":", ntohs(a.sin6_port));
-  }
-  return "";
-}
-
-bool Matches(int fd, const std::string& local, const std::string& remote) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || Endpoint(ss) != remote) return false;
-  len = sizeof(ss);
-  return getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && Endpoint(ss) == local;
-}
-
-}  // namespace
-
-absl::StatusOr<int> FindAcceptedSocket(const std::string& local_addr, int local_port,
-                                       const std::string& remote_addr, int remote_port) {
-  const std::string local = absl::StrCat(local_addr, ":", local_port);
-  const std::string remote = absl::StrCat(remote_addr, ":", remote_port);
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return absl::NotFoundError("cannot list /proc/self/fd");
-  int found = -1;
-  while (const dirent* d = readdir(dir)) {
-    int fd;
-    if (!absl::SimpleAtoi(d->d_name, &fd) || fd == dirfd(dir)) continue;
-    if (Matches(fd, local, remote)) {
-      found = fd;
-      break;
-    }
-  }
-  closedir(dir);
-  if (found < 0) return absl::NotFoundError(absl::StrCat("no socket from ", remote.substr(0, 80), " to ", local.substr(0, 80)));
-  return found;
 }
 
 }  // namespace pdserve

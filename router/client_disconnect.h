@@ -8,7 +8,6 @@
 //   ClientDisconnectWatcher         one thread polling every watched socket
 //   ClientDisconnectWatcher::Watch  watch a socket; the returned handle's
 //                                   lifetime is the watch
-//   FindAcceptedSocket              the fd of an accepted TCP connection
 //
 // "Closed" is the peer's FIN or a reset (POLLRDHUP, POLLHUP, POLLERR). A
 // client that half-closes after sending its request (shutdown(SHUT_WR)) and
@@ -26,7 +25,6 @@
 #include <string>
 #include <thread>
 
-#include "absl/status/statusor.h"
 
 namespace pdserve {
 
@@ -79,13 +77,5 @@ class ClientDisconnectWatcher::Handle {
   ClientDisconnectWatcher* watcher_;
   uint64_t id_;
 };
-
-// The fd of this process's TCP connection from remote_addr:remote_port to
-// local_addr:local_port (numeric addresses as getnameinfo prints them), by
-// asking each open descriptor for its addresses: cpp-httplib 0.11 hands a
-// handler the connection's addresses but not its socket. NotFound when no
-// descriptor matches.
-absl::StatusOr<int> FindAcceptedSocket(const std::string& local_addr, int local_port,
-                                       const std::string& remote_addr, int remote_port);
 
 }  // namespace pdserve

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,6 +25,19 @@ std::string UnguessableRequestId() {
   return absl::StrFormat("r-%08x%08x%08x%08x", rd(), rd(), rd(), rd());
 }
 
+std::string ClientOfCall(const grpc::ServerContextBase& context) {
+  const std::string peer = context.peer();
+  // A network peer is "ipv4:A:P", "ipv6:[A]:P" or "unix:PATH"; the
+  // in-process channel's has no scheme ("unknown" in gRPC 1.51, "inproc"
+  // elsewhere).
+  if (peer.find(':') == std::string::npos) {
+    const auto& md = context.client_metadata();
+    const auto it = md.find("x-pdserve-client");
+    if (it != md.end() && !it->second.empty()) return std::string(it->second.data(), std::min<size_t>(it->second.size(), 128));
+  }
+  return ClientOfPeer(peer);
+}
+
 RouterService::GenerateCall::GenerateCall(RouterService* service, grpc::CallbackServerContext* context,
                                           pdserve::v1::GenerateRequest request, std::vector<uint32_t> prompt,
                                           std::string internal_id)
@@ -32,6 +46,7 @@ RouterService::GenerateCall::GenerateCall(RouterService* service, grpc::Callback
       request_(std::move(request)),
       prompt_(std::move(prompt)),
       internal_id_(std::move(internal_id)),
+      client_(ClientOfCall(*context)),
       tags_{MetadataSafeId(VisibleId()), RequestTags::FromMetadata(*context).traceparent},
       detok_(service->tokenizer_.get()),
       stops_({request_.sampling().stop().begin(), request_.sampling().stop().end()}),
@@ -305,9 +320,9 @@ void RouterService::GenerateCall::LogRequest(const grpc::Status& st) const {
     const std::string client_id = request_.request_id().empty()
                                       ? ""
                                       : absl::StrCat(" (", absl::CHexEscape(request_.request_id().substr(0, 128)), ")");
-    log::Info(absl::StrFormat("request %s%s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
+    log::Info(absl::StrFormat("request %s%s from %s: %s, prompt %d, generated %d, ttft %.1f ms, e2e %.1f ms, "
                               "kv %d B in %.1f ms (exposed %.1f ms), %s -> %s%s%s",
-                              internal_id_, client_id, GrpcCodeName(st.error_code()), prompt_.size(), generated_,
+                              internal_id_, client_id, absl::CHexEscape(client_), GrpcCodeName(st.error_code()), prompt_.size(), generated_,
                               ttft_ns_ * ms, e2e_ns * ms, usage_.kv_handoff_bytes(), usage_.kv_handoff_ns() * ms,
                               usage_.kv_handoff_exposed_ns() * ms, prefill, decode, st.ok() ? "" : ": ",
                               absl::CHexEscape(error)),
@@ -316,6 +331,7 @@ void RouterService::GenerateCall::LogRequest(const grpc::Status& st) const {
   }
   log::Fields f = {{"request_id", VisibleId()},
                    {"internal_id", internal_id_},
+                   {"client", client_},
                    {"status", GrpcCodeName(st.error_code())},
                    {"prompt_tokens", prompt_.size()},
                    {"generated_tokens", generated_},

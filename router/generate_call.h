@@ -40,6 +40,12 @@ namespace pdserve {
 // so knowing another request's id must not be possible.
 std::string UnguessableRequestId();
 
+// The client a call counts against for --max-inflight-per-client and names
+// in the request log: the "x-pdserve-client" metadata of a call over the
+// process's in-process channel, whose peer has no address (the HTTP front
+// says which HTTP caller it is), else the peer's address without its port (ClientOfPeer). Bounded.
+std::string ClientOfCall(const grpc::ServerContextBase& context);
+
 // How one placement attempt ended.
 struct AttemptOutcome {
   grpc::Status status;
@@ -57,6 +63,8 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
 
   // Takes the admission ticket and starts waiting for a turn.
   void Start(AdmissionQueue::Ticket ticket);
+  // The client it counts against (ClientOfCall).
+  const std::string& client() const { return client_; }
   // The request line (a request refused before the queue has one too).
   void LogRequest(const grpc::Status& st) const;
 
@@ -117,6 +125,7 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   const pdserve::v1::GenerateRequest request_;
   const std::vector<uint32_t> prompt_;
   const std::string internal_id_;
+  const std::string client_;
   const RequestTags tags_;
   IncrementalDetokenizer detok_;
   StopMatcher stops_;

@@ -126,7 +126,9 @@ int main(int argc, char** argv) {
   pdserve::WorkerPool decode(pdserve::WorkerKind::kDecode, dpo);
   StartPools(&prefill, &decode);
   pdserve::RouterService service(*config, std::move(*tokenizer), &prefill, &decode, *std::move(options));
-  ServeUntilSignal(&service, &metrics,
-                   pdserve::RouterHttpOptions(kProgram, &*config, &prefill, &decode, &metrics, security));
+  pdserve::OpenAiHttpOptions http =
+      pdserve::RouterHttpOptions(kProgram, &*config, &prefill, &decode, &metrics, security);
+  http.request_timeout = pdserve::HttpRequestTimeoutFromFlags();
+  ServeUntilSignal(&service, &metrics, std::move(http));
   return 0;
 }

@@ -1,16 +1,16 @@
 #include "router/openai_http.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <random>
-#include <thread>
 
-#include "common/net/httplib_config.h"
-
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/net/http_server.h"
 #include "common/util/log.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "router/client_disconnect.h"
@@ -22,11 +22,6 @@ namespace {
 using pdserve::v1::GenerateResponse;
 
 constexpr char kJson[] = "application/json";
-
-void SendError(httplib::Response& res, const OpenAiError& e) {
-  res.status = e.http_status;
-  res.set_content(ErrorBody(e), kJson);
-}
 
 uint64_t Random64() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -48,12 +43,22 @@ bool KeyMatches(const std::string& given, const std::string& want) {
 
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// FNV-1a, 64 bits: names a key in the logs without printing it.
+uint64_t Fnv1a(absl::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 // One Generate call to the router, alive while its HTTP response is.
 struct RouterCall {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<GenerateResponse>> reader;
   GenerateResponse first;  // read before the HTTP status is chosen
   bool finished = false;
+  // The HTTP client went away (its FIN seen, or a write failed): a
+  // CANCELLED end is then the client's doing and gets no answer.
+  std::atomic<bool> client_gone{false};
 
   grpc::Status Finish() {
     finished = true;
@@ -62,6 +67,7 @@ struct RouterCall {
   // Ends the call after the HTTP side gave up (client gone): the router
   // cancels its worker calls.
   void Cancel() {
+    client_gone = true;
     if (finished) return;
     context.TryCancel();
     GenerateResponse ignored;
@@ -71,7 +77,36 @@ struct RouterCall {
   }
 };
 
+std::vector<HttpHeader> IdHeader(const std::string& id) { return {{"X-Request-Id", id}}; }
+
 }  // namespace
+
+std::string BearerToken(absl::string_view authorization) {
+  authorization = absl::StripAsciiWhitespace(authorization);
+  constexpr absl::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size() || !absl::StartsWithIgnoreCase(authorization, kScheme) ||
+      (authorization[kScheme.size()] != ' ' && authorization[kScheme.size()] != '\t')) {
+    return "";
+  }
+  return std::string(absl::StripAsciiWhitespace(authorization.substr(kScheme.size())));
+}
+
+std::string HttpClientIdentity(absl::string_view bearer_token, bool keys_in_use, absl::string_view peer_address) {
+  if (keys_in_use && !bearer_token.empty()) {
+    return absl::StrCat("key:", absl::Hex(Fnv1a(bearer_token) >> 32, absl::kZeroPad8));
+  }
+  return absl::StrCat("http:", peer_address);
+}
+
+absl::StatusOr<absl::Duration> RequestTimeout(const std::string* header, absl::Duration server_default) {
+  if (header == nullptr) return server_default;
+  double seconds = 0;
+  if (!absl::SimpleAtod(*header, &seconds) || !(seconds > 0) || seconds > 1e9) {
+    return absl::InvalidArgumentError(absl::StrCat("X-Request-Timeout '", header->substr(0, 64),
+                                                   "' must be a positive number of seconds"));
+  }
+  return std::min(absl::Seconds(seconds), server_default);
+}
 
 class OpenAiHttpServer::Impl {
  public:
@@ -82,162 +117,174 @@ class OpenAiHttpServer::Impl {
                options_.config->chat_template ? &*options_.config->chat_template : nullptr, UnixNow()} {}
 
   absl::Status Listen();
-  void Stop();
-  int port() const { return port_; }
+  void Stop() { server_.reset(); }
+  int port() const { return server_->port(); }
 
  private:
-  void Routes();
-  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
-  void HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  std::shared_ptr<RouterCall> StartCall(const httplib::Request& req, const pdserve::v1::GenerateRequest& generate);
-  std::unique_ptr<ClientDisconnectWatcher::Handle> WatchClient(const httplib::Request& req,
-                                                               const std::shared_ptr<RouterCall>& call);
-  void SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call, httplib::Response& res);
-  void SendStream(const OpenAiRequest& request, CompletionPiece piece, std::shared_ptr<RouterCall> call,
-                  httplib::Response& res);
+  void Dispatch(const HttpRequest& req, HttpResponseWriter& w);
+  bool Authorized(const HttpRequest& req, HttpResponseWriter& w) const;
+  void HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& req, HttpResponseWriter& w);
+  std::shared_ptr<RouterCall> StartCall(const HttpRequest& req, const pdserve::v1::GenerateRequest& generate,
+                                        absl::Duration timeout);
+  void SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call, HttpResponseWriter& w);
+  void SendStream(const OpenAiRequest& request, CompletionPiece piece, RouterCall* call, HttpResponseWriter& w);
+  // A failed call's answer; nothing when the client is gone (logged only).
+  void SendCallError(const grpc::Status& st, OpenAiEndpoint endpoint, const RouterCall& call, HttpResponseWriter& w,
+                     const std::string& id);
 
   const OpenAiHttpOptions options_;
   std::unique_ptr<pdserve::v1::Generator::Stub> stub_;
   const ServedModel model_;
   ClientDisconnectWatcher disconnects_;
-  std::unique_ptr<httplib::Server> server_;
-  int port_ = -1;
-  std::atomic<bool> listen_returned_{false};
-  std::thread thread_;
+  std::unique_ptr<HttpServer> server_;
 };
 
+namespace {
+
+bool SendError(HttpResponseWriter& w, const OpenAiError& e, const std::vector<HttpHeader>& headers = {}) {
+  return w.Send(e.http_status, kJson, ErrorBody(e), headers);
+}
+
+// The server's own refusals (deadlines, sizes, connection limit) in
+// OpenAI's error shape.
+std::pair<std::string, std::string> HttpErrorBody(int status, absl::string_view message) {
+  std::string type = "invalid_request_error", code;
+  if (status == 503) type = code = "service_unavailable";
+  if (status == 408) code = "request_timeout";
+  return {kJson, ErrorBody({status, std::string(message), type, "", code})};
+}
+
+bool IsCheapGet(const HttpRequest& req) { return req.method == "GET" || req.method == "HEAD"; }
+
+}  // namespace
+
 absl::Status OpenAiHttpServer::Impl::Listen() {
-  const SecurityOptions& sec = options_.security;
-  if (sec.tls()) {
-    server_ = std::make_unique<httplib::SSLServer>(sec.cert_file.c_str(), sec.key_file.c_str());
-  } else {
-    server_ = std::make_unique<httplib::Server>();
-  }
-  if (!server_->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("HTTPS: cannot load --tls-cert '", sec.cert_file,
-                                                   "' / --tls-key '", sec.key_file, "'"));
-  }
-  server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
-  server_->set_read_timeout(kReadTimeoutSeconds, 0);
-  server_->set_write_timeout(kWriteTimeoutSeconds, 0);
-  // SSE: each chunk goes out at once, not behind Nagle waiting for the
-  // client's (delayed, up to 40 ms) ACK of the previous write.
-  server_->set_tcp_nodelay(true);
-  server_->set_payload_max_length(kMaxBodyBytes);
-  server_->set_socket_options([](int sock) {  // SO_REUSEADDR only: no second server on the same port
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  Routes();
-  port_ = options_.port == 0 ? server_->bind_to_any_port(options_.host)
-                             : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port_ < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot bind HTTP on ", options_.host, ":", options_.port));
-  }
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    listen_returned_ = true;
-  });
-  // stop() does nothing until the accept loop runs.
-  while (!server_->is_running() && !listen_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  HttpServerOptions o;
+  o.name = options_.program.empty() ? "http" : options_.program;
+  o.host = options_.host;
+  o.port = options_.port;
+  o.tls_cert_file = options_.security.cert_file;
+  o.tls_key_file = options_.security.key_file;
+  o.max_connections = kMaxConnections;
+  o.header_timeout = kHeaderTimeout;
+  o.body_timeout = kBodyTimeout;
+  o.idle_timeout = kIdleTimeout;
+  o.write_timeout = kWriteTimeout;
+  o.max_body_bytes = kMaxBodyBytes;
+  o.worker_threads = kThreads;
+  o.fast_lane = IsCheapGet;
+  o.fast_worker_threads = 2;
+  o.error_body = HttpErrorBody;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start(std::move(o), [this](const HttpRequest& req, HttpResponseWriter& w) { Dispatch(req, w); });
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
   return absl::OkStatus();
 }
 
-void OpenAiHttpServer::Impl::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
-}
-
-void OpenAiHttpServer::Impl::Routes() {
-  httplib::Server& s = *server_;
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kCompletions, req, res);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGenerate(OpenAiEndpoint::kChat, req, res);
-  });
-  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (Authorized(req, res)) res.set_content(ModelsBody(model_), kJson);
-  });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+void OpenAiHttpServer::Impl::Dispatch(const HttpRequest& req, HttpResponseWriter& w) {
+  const bool post = req.method == "POST", get = req.method == "GET";
+  if (req.path == "/v1/completions" && post) return HandleGenerate(OpenAiEndpoint::kCompletions, req, w);
+  if (req.path == "/v1/chat/completions" && post) return HandleGenerate(OpenAiEndpoint::kChat, req, w);
+  if (req.path == "/v1/models" && get) {
+    if (Authorized(req, w)) w.Send(200, kJson, ModelsBody(model_));
+    return;
+  }
+  if (req.path == "/health" && get) {
     const absl::Status st = options_.health ? options_.health() : absl::OkStatus();
-    res.status = st.ok() ? 200 : 503;
-    res.set_content(st.ok() ? R"({"status":"ok"})"
-                            : ErrorBody({503, std::string(st.message()), "service_unavailable", "", "unhealthy"}),
-                    kJson);
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    if (options_.metrics == nullptr) return SendError(res, {404, "no metrics here", "invalid_request_error", "", ""});
-    res.set_content(options_.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    // Only httplib's own 404/405 (no route); the handlers' errors have bodies.
-    if ((res.status != 404 && res.status != 405) || !res.body.empty()) {
-      return httplib::Server::HandlerResponse::Unhandled;
+    w.Send(st.ok() ? 200 : 503, kJson,
+           st.ok() ? R"({"status":"ok"})"
+                   : ErrorBody({503, std::string(st.message()), "service_unavailable", "", "unhealthy"}));
+    return;
+  }
+  if (req.path == "/metrics" && get) {
+    if (options_.metrics == nullptr) {
+      SendError(w, {404, "no metrics here", "invalid_request_error", "", "not_found"});
+      return;
     }
-    SendError(res, {res.status, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 128)),
-                    "invalid_request_error", "", "not_found"});
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+    w.Send(200, "text/plain; version=0.0.4; charset=utf-8", options_.metrics->Render());
+    return;
+  }
+  const bool known = req.path == "/v1/completions" || req.path == "/v1/chat/completions" ||
+                     req.path == "/v1/models" || req.path == "/health" || req.path == "/metrics";
+  const int status = known ? 405 : 404;
+  SendError(w, {status, absl::StrCat("no route for ", req.method.substr(0, 16), " ", req.path.substr(0, 128)),
+                "invalid_request_error", "", known ? "method_not_allowed" : "not_found"});
 }
 
-bool OpenAiHttpServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
+bool OpenAiHttpServer::Impl::Authorized(const HttpRequest& req, HttpResponseWriter& w) const {
   const std::string& key = options_.security.api_key;
   if (key.empty()) return true;
-  const std::string auth = req.get_header_value("Authorization");
-  if (absl::StartsWith(auth, "Bearer ") && KeyMatches(auth.substr(7), key)) return true;
-  SendError(res, {401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key",
-                  "authentication_error", "", "invalid_api_key"});
+  const std::string* auth = req.Header("Authorization");
+  const std::string token = auth == nullptr ? "" : BearerToken(*auth);
+  if (!token.empty() && KeyMatches(token, key)) return true;
+  SendError(w, {401, auth == nullptr ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key",
+                "authentication_error", "", "invalid_api_key"});
   return false;
 }
 
-std::shared_ptr<RouterCall> OpenAiHttpServer::Impl::StartCall(const httplib::Request& req,
-                                                              const pdserve::v1::GenerateRequest& generate) {
+std::shared_ptr<RouterCall> OpenAiHttpServer::Impl::StartCall(const HttpRequest& req,
+                                                              const pdserve::v1::GenerateRequest& generate,
+                                                              absl::Duration timeout) {
   auto call = std::make_shared<RouterCall>();
-  const std::string traceparent = req.get_header_value("traceparent");
-  if (!traceparent.empty() && traceparent.size() <= 256) call->context.AddMetadata("traceparent", traceparent);
-  if (!options_.security.api_key.empty()) {
-    call->context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.security.api_key));
-  }
+  const std::string* traceparent = req.Header("traceparent");
+  if (traceparent != nullptr && traceparent->size() <= 256) call->context.AddMetadata("traceparent", *traceparent);
+  const bool keys = !options_.security.api_key.empty();
+  if (keys) call->context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.security.api_key));
+  const std::string* auth = req.Header("Authorization");
+  call->context.AddMetadata("x-pdserve-client",
+                            HttpClientIdentity(auth == nullptr ? "" : BearerToken(*auth), keys, req.peer_address));
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   call->reader = stub_->Generate(&call->context, generate);
   return call;
 }
 
-// Until the handler has something to write, a client that closes its
-// connection is noticed only by watching the socket: then the call is
-// cancelled (TryCancel only: the handler's blocked Read returns and it
-// finishes the call). No socket found (an address format not matched):
-// the request runs to its end as before.
-std::unique_ptr<ClientDisconnectWatcher::Handle> OpenAiHttpServer::Impl::WatchClient(
-    const httplib::Request& req, const std::shared_ptr<RouterCall>& call) {
-  const absl::StatusOr<int> fd = FindAcceptedSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  if (!fd.ok()) return nullptr;
-  return disconnects_.Watch(*fd, [call] { call->context.TryCancel(); });
-}
-
-void OpenAiHttpServer::Impl::HandleGenerate(OpenAiEndpoint endpoint, const httplib::Request& req,
-                                            httplib::Response& res) {
-  if (!Authorized(req, res)) return;
+void OpenAiHttpServer::Impl::HandleGenerate(OpenAiEndpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
+  if (!Authorized(req, w)) return;
+  const absl::StatusOr<absl::Duration> timeout = RequestTimeout(req.Header("X-Request-Timeout"), options_.request_timeout);
+  if (!timeout.ok()) {
+    return (void)SendError(w, {400, std::string(timeout.status().message()), "invalid_request_error", "", ""});
+  }
   OpenAiRequest request;
   const std::optional<OpenAiError> bad = endpoint == OpenAiEndpoint::kChat
                                              ? ParseChatRequest(req.body, model_, &request)
                                              : ParseCompletionRequest(req.body, model_, &request);
-  if (bad) return SendError(res, *bad);
+  if (bad) return (void)SendError(w, *bad);
   CompletionPiece piece{NewRequestId(endpoint), UnixNow(), model_.id, "", ""};
   request.generate.set_request_id(piece.id);
   if (!request.seed_given) request.generate.mutable_sampling()->set_seed(Random64());
-  res.set_header("X-Request-Id", piece.id);
-  std::shared_ptr<RouterCall> call = StartCall(req, request.generate);
-  const auto watch = WatchClient(req, call);  // until this handler returns (a stream's writes notice it after)
-  // The first message (or the call's failure) picks the HTTP status; an
-  // error after it can only travel inside the stream.
-  if (!call->reader->Read(&call->first)) return SendError(res, ErrorFromGrpc(call->Finish(), endpoint));
-  if (request.stream) return SendStream(request, std::move(piece), std::move(call), res);
-  SendWhole(endpoint, std::move(piece), call.get(), res);
+  std::shared_ptr<RouterCall> call = StartCall(req, request.generate, *timeout);
+  {
+    // Until there is something to write, a client that closes its
+    // connection is noticed only by watching the socket: then the call is
+    // cancelled (TryCancel only: the blocked Read returns and the call is
+    // finished here). Streams notice a gone client on their writes after.
+    const auto watch = disconnects_.Watch(w.fd(), [call] {
+      call->client_gone = true;
+      call->context.TryCancel();
+    });
+    // The first message (or the call's failure) picks the HTTP status; an
+    // error after it can only travel inside the stream.
+    if (!call->reader->Read(&call->first)) {
+      return SendCallError(call->Finish(), endpoint, *call, w, piece.id);
+    }
+    if (!request.stream) return SendWhole(endpoint, std::move(piece), call.get(), w);
+  }
+  SendStream(request, std::move(piece), call.get(), w);
+}
+
+void OpenAiHttpServer::Impl::SendCallError(const grpc::Status& st, OpenAiEndpoint endpoint, const RouterCall& call,
+                                           HttpResponseWriter& w, const std::string& id) {
+  if (call.client_gone && st.error_code() == grpc::StatusCode::CANCELLED) {
+    log::Info(absl::StrCat("request ", id, ": the client went away; cancelled"), {{"request_id", id}},
+              log::TextPrefix::Named(options_.program));
+    return;  // nobody to answer; the connection is closed after this
+  }
+  SendError(w, ErrorFromGrpc(st, endpoint, ParamFromTrailers(call.context), call.client_gone), IdHeader(id));
 }
 
 void OpenAiHttpServer::Impl::SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call,
-                                       httplib::Response& res) {
+                                       HttpResponseWriter& w) {
   GenerateResponse msg = std::move(call->first);
   pdserve::v1::Usage usage;
   do {
@@ -248,56 +295,44 @@ void OpenAiHttpServer::Impl::SendWhole(OpenAiEndpoint endpoint, CompletionPiece 
     if (msg.has_usage()) usage = msg.usage();
   } while (call->reader->Read(&msg));
   const grpc::Status st = call->Finish();
-  if (!st.ok()) return SendError(res, ErrorFromGrpc(st, endpoint));
-  res.set_content(CompletionBody(endpoint, piece, usage), kJson);
+  if (!st.ok()) return SendCallError(st, endpoint, *call, w, piece.id);
+  w.Send(200, kJson, CompletionBody(endpoint, piece, usage), IdHeader(piece.id));
 }
 
-void OpenAiHttpServer::Impl::SendStream(const OpenAiRequest& request, CompletionPiece piece,
-                                        std::shared_ptr<RouterCall> call, httplib::Response& res) {
-  res.set_header("Cache-Control", "no-cache");
+void OpenAiHttpServer::Impl::SendStream(const OpenAiRequest& request, CompletionPiece piece, RouterCall* call,
+                                        HttpResponseWriter& w) {
   const OpenAiEndpoint endpoint = request.endpoint;
-  const bool include_usage = request.include_usage;
-  auto provider = [endpoint, include_usage, piece = std::move(piece), call](size_t, httplib::DataSink& sink) mutable {
-    auto send = [&sink](const std::string& json) {
-      const std::string event = absl::StrCat("data: ", json, "\n\n");
-      return sink.write(event.data(), event.size());
-    };
-    GenerateResponse msg = std::move(call->first);
-    pdserve::v1::Usage usage;
-    bool first = true;
-    do {
-      piece.text = msg.text();
-      piece.finish_reason = FinishReasonString(msg.finish_reason());
-      if (msg.has_usage()) usage = msg.usage();
-      // Every message is a chunk, text or not: a write per token notices a
-      // client that went away within a token or two.
-      if (!send(ChunkBody(endpoint, piece, first, include_usage))) {
-        call->Cancel();  // the client is gone
-        return false;
-      }
-      first = false;
-    } while (call->reader->Read(&msg));
-    const grpc::Status st = call->Finish();
-    bool ok = true;
-    if (!st.ok()) {
-      ok = send(ErrorBody(ErrorFromGrpc(st, endpoint)));
-    } else if (include_usage) {
-      ok = send(UsageChunkBody(endpoint, piece, usage));
-    }
-    ok = ok && send("[DONE]");
-    if (ok) sink.done();
-    return ok;
-  };
-  // The releaser also covers a response httplib gave up on before the
-  // provider ran (headers not written).
-  res.set_chunked_content_provider("text/event-stream", std::move(provider), [call](bool) { call->Cancel(); });
+  std::vector<HttpHeader> headers = IdHeader(piece.id);
+  headers.push_back({"Cache-Control", "no-cache"});
+  auto send = [&w](const std::string& json) { return w.Write(absl::StrCat("data: ", json, "\n\n")); };
+  if (!w.StartStream(200, "text/event-stream", headers)) return call->Cancel();
+  GenerateResponse msg = std::move(call->first);
+  pdserve::v1::Usage usage;
+  bool first = true;
+  do {
+    piece.text = msg.text();
+    piece.finish_reason = FinishReasonString(msg.finish_reason());
+    if (msg.has_usage()) usage = msg.usage();
+    // Every message is a chunk, text or not: a write per token notices a
+    // client that went away within a token or two.
+    if (!send(ChunkBody(endpoint, piece, first, request.include_usage))) return call->Cancel();
+    first = false;
+  } while (call->reader->Read(&msg));
+  const grpc::Status st = call->Finish();
+  bool ok = true;
+  if (!st.ok()) {
+    ok = send(ErrorBody(ErrorFromGrpc(st, endpoint, ParamFromTrailers(call->context), call->client_gone)));
+  } else if (request.include_usage) {
+    ok = send(UsageChunkBody(endpoint, piece, usage));
+  }
+  if (ok && send("[DONE]")) w.EndStream();
 }
 
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(OpenAiHttpOptions options) {
   if (options.config == nullptr || options.channel == nullptr) {
     return absl::InvalidArgumentError("OpenAiHttpServer needs a model config and a channel to the router");
   }
-  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a dead process
+  std::signal(SIGPIPE, SIG_IGN);  // belt and braces: the server writes with MSG_NOSIGNAL
   auto impl = std::make_unique<Impl>(std::move(options));
   absl::Status st = impl->Listen();
   if (!st.ok()) return st;

@@ -1,5 +1,5 @@
 // OpenAiHttpServer: the OpenAI-compatible HTTP front door of pdserve-router
-// and pdserve-local (cpp-httplib; docs/http.md).
+// and pdserve-local (on HttpServer, common/net/http_server.h; docs/http.md).
 //
 //   POST /v1/completions, POST /v1/chat/completions   generation (SSE with
 //                                                     "stream": true)
@@ -16,13 +16,21 @@
 // response's `id` and the X-Request-Id header; an incoming traceparent
 // header and the API key travel as gRPC metadata.
 //
-// Threads: httplib serves each connection on one thread of a fixed pool of
-// kThreads; a streaming response holds its thread until the stream ends
-// (like llama-server), so at most kThreads requests are served at once and
-// further connections wait for a thread. Streams are written to the socket
-// chunk by chunk, never buffered whole. A failed write (the client went
-// away) cancels the gRPC call; the router passes the cancellation down to
-// the decode worker, which frees the request's KV.
+// Connections: HttpServer's one event-loop thread reads every request with
+// hard header and body deadlines, so slow, idle or half-sent connections
+// hold no thread; only a complete request reaches a handler thread (kThreads
+// for generation, a separate small pool for the GETs). A streaming response
+// holds its handler thread until the stream ends, and is written to the
+// socket chunk by chunk, never buffered whole. A failed write (the client
+// went away) cancels the gRPC call; the router passes the cancellation down
+// to the workers, which free the request's KV.
+//
+// Clients and deadlines: each HTTP caller is its own client for the
+// router's --max-inflight-per-client (by API key when --api-key is set,
+// else by peer address; sent as x-pdserve-client metadata, which the router
+// trusts from its in-process channel only). Every call gets a deadline:
+// request_timeout, or less when the client sends "X-Request-Timeout:
+// SECONDS"; past it the answer is 504 (mid-stream: an SSE error event).
 //
 // Security (SecurityOptions): with api_key set, /v1/* need
 // "Authorization: Bearer KEY" (else 401 invalid_api_key); /health and
@@ -38,6 +46,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/model/config.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
@@ -57,23 +67,34 @@ struct OpenAiHttpOptions {
   std::function<absl::Status()> health;
   const MetricsRegistry* metrics = nullptr;  // nullptr: /metrics is 404
   SecurityOptions security;
+  // Each request's deadline unless the client asks for less
+  // (--http-request-timeout-s).
+  absl::Duration request_timeout = absl::Seconds(600);
 };
 
 class OpenAiHttpServer {
  public:
-  static constexpr int kThreads = 32;
-  // Socket read timeout (a request must arrive within it) and write timeout
-  // (a client that reads nothing for this long is dropped, its call
-  // cancelled).
-  static constexpr int kReadTimeoutSeconds = 30;
-  static constexpr int kWriteTimeoutSeconds = 10;
+  // Generation handlers running at once (the router's admission queue
+  // decides what runs; complete requests past this wait in HttpServer's
+  // queue, holding no thread).
+  static constexpr int kThreads = 64;
+  // Open connections; past it a new one is answered 503 and closed.
+  static constexpr int kMaxConnections = 1024;
+  // Hard deadlines: the headers within kHeaderTimeout of the connection (or
+  // of the previous response), the body within kBodyTimeout after them; an
+  // idle keep-alive connection is closed after kIdleTimeout; a client that
+  // reads nothing for kWriteTimeout is dropped and its call cancelled.
+  static constexpr absl::Duration kHeaderTimeout = absl::Seconds(10);
+  static constexpr absl::Duration kBodyTimeout = absl::Seconds(30);
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(5);
+  static constexpr absl::Duration kWriteTimeout = absl::Seconds(10);
   static constexpr size_t kMaxBodyBytes = 8 << 20;
 
   // Binds and starts serving. InvalidArgument for missing options or TLS
-  // files httplib cannot load; Unavailable when it cannot bind.
+  // TLS files that cannot be loaded; Unavailable when it cannot bind.
   static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Start(OpenAiHttpOptions options);
-  // Stops accepting and joins the pool: a stream still running holds this
-  // until its gRPC call ends (shut the gRPC server down first).
+  // Stops accepting and joins the handlers: a stream still running holds
+  // this until its gRPC call ends (shut the gRPC server down first).
   ~OpenAiHttpServer();
   int port() const;
 
@@ -83,6 +104,22 @@ class OpenAiHttpServer {
   explicit OpenAiHttpServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The token of an "Authorization: Bearer TOKEN" header (the scheme in any
+// case, as RFC 9110 says; spaces around the token trimmed); empty when the
+// header is missing or names another scheme.
+std::string BearerToken(absl::string_view authorization);
+
+// Who an HTTP caller is for --max-inflight-per-client and the access log:
+// "key:<8 hex digits of a hash of its key>" when API keys are in use and it
+// sent one, else "http:<peer address>" (no port: one client per host).
+std::string HttpClientIdentity(absl::string_view bearer_token, bool keys_in_use, absl::string_view peer_address);
+
+// A request's deadline from now: `server_default`, or less when the client
+// sent "X-Request-Timeout: SECONDS" (a positive decimal; more than the
+// default is capped to it). InvalidArgument naming the header and value
+// otherwise.
+absl::StatusOr<absl::Duration> RequestTimeout(const std::string* header, absl::Duration server_default);
 
 // For the --http-listen flag ("host:port", empty = off): nullptr when off;
 // otherwise starts the server with options.host/port from `listen` and

@@ -17,7 +17,11 @@ ABSL_FLAG(int, max_queued_requests, 4096,
           "Requests that may wait, in arrival order, for a worker with room (deadlines honoured); more get "
           "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_inflight_per_client, 0,
-          "Requests one client address may have queued or in flight; more get RESOURCE_EXHAUSTED (0 = no limit).");
+          "Requests one client may have queued or in flight; more get RESOURCE_EXHAUSTED (0 = no limit). A gRPC "
+          "client is its peer address; an HTTP caller its API key when --api-key is set, else its peer address.");
+ABSL_FLAG(double, http_request_timeout_s, 600,
+          "Deadline of each HTTP API request, from its arrival to its last byte; a client may ask for less with "
+          "an 'X-Request-Timeout: SECONDS' header. Past it: 504 (mid-stream: an SSE error event).");
 
 namespace pdserve {
 namespace {
@@ -47,8 +51,15 @@ absl::StatusOr<RouterOptions> RouterOptionsFromFlags() {
                                  AtLeast("max-inflight-per-client", ro.queue.max_per_client, 0)}) {
     if (!st.ok()) return st;
   }
+  const double timeout_s = absl::GetFlag(FLAGS_http_request_timeout_s);
+  if (!(timeout_s > 0) || timeout_s > 1e7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-request-timeout-s=", timeout_s, ": must be > 0 and at most 1e7"));
+  }
   return ro;
 }
+
+absl::Duration HttpRequestTimeoutFromFlags() { return absl::Seconds(absl::GetFlag(FLAGS_http_request_timeout_s)); }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeServingTokenizer(const ModelConfig& config, const std::string& model_dir,
                                                                  const std::string& program) {

@@ -1,7 +1,8 @@
 // The router's component flags, defined once and linked into pdserve-router
 // and pdserve-local (one default each):
 //   --max-new-tokens-cap, --max-attempts, --local-prefill-max-tokens,
-//   --max-inflight, --max-queued-requests, --max-inflight-per-client
+//   --max-inflight, --max-queued-requests, --max-inflight-per-client,
+//   --http-request-timeout-s
 // (and reads --log-requests, common/net/log_flags.h)
 // Per-process flags (--listen, the worker addresses, --metrics-*,
 // --drain-timeout-s) stay in each binary's main.cc.
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/model/config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/router_service.h"
@@ -24,6 +26,9 @@ namespace pdserve {
 // InvalidArgument naming the flag and its value when one is out of range.
 // `metrics` is left for the caller to set.
 absl::StatusOr<RouterOptions> RouterOptionsFromFlags();
+
+// --http-request-timeout-s (RouterOptionsFromFlags checked its range).
+absl::Duration HttpRequestTimeoutFromFlags();
 
 // MakeTokenizer(config, model_dir); a model without its tokenizer file
 // (random weights for benchmarks) is still served, as token ids, after one

@@ -1,4 +1,4 @@
-// ClientDisconnectWatcher and FindAcceptedSocket (router/client_disconnect.h)
+// ClientDisconnectWatcher (router/client_disconnect.h)
 // on real loopback TCP connections: a close or a reset by the peer calls
 // on_gone once; data from the peer does not; a destroyed handle is never
 // called; the accepted socket is found by its addresses.
@@ -134,19 +134,6 @@ TEST(ClientDisconnectTest, ManyWatchesComeAndGo) {
     }
   }
   EXPECT_EQ(watcher.disconnects(), 25);
-}
-
-TEST(ClientDisconnectTest, FindAcceptedSocketByItsAddresses) {
-  TcpPair p;
-  const absl::StatusOr<int> fd = FindAcceptedSocket("127.0.0.1", p.server_port, "127.0.0.1", p.client_port);
-  ASSERT_TRUE(fd.ok()) << fd.status();
-  EXPECT_EQ(*fd, p.accepted);
-  // The client's own socket has the addresses the other way round.
-  const absl::StatusOr<int> mine = FindAcceptedSocket("127.0.0.1", p.client_port, "127.0.0.1", p.server_port);
-  ASSERT_TRUE(mine.ok()) << mine.status();
-  EXPECT_EQ(*mine, p.client);
-  const absl::StatusOr<int> none = FindAcceptedSocket("127.0.0.1", p.server_port, "127.0.0.1", p.client_port + 1);
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ class FakeGenerator final : public pdserve::v1::Generator::Service {
 
 class OpenAiHttpTest : public ::testing::Test {
  protected:
-  void Start(const std::string& api_key = "") {
+  void Start(const std::string& api_key = "", absl::Duration request_timeout = absl::Seconds(600)) {
     grpc::ServerBuilder b;
     b.RegisterService(&fake_);
     grpc_ = b.BuildAndStart();
@@ -85,6 +85,7 @@ class OpenAiHttpTest : public ::testing::Test {
       return healthy_ ? absl::OkStatus() : absl::UnavailableError("no healthy decode worker");
     };
     o.security.api_key = api_key;
+    o.request_timeout = request_timeout;
     auto s = OpenAiHttpServer::Start(std::move(o));
     ASSERT_TRUE(s.ok()) << s.status();
     http_ = std::move(*s);
@@ -217,11 +218,99 @@ TEST_F(OpenAiHttpTest, ClientLeavingMidStreamCancelsTheCall) {
   EXPECT_NE(got.find("text/event-stream"), std::string::npos) << got;
   EXPECT_FALSE(fake_.cancelled);
   close(fd);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!fake_.cancelled && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_TRUE(fake_.cancelled);
+}
+
+TEST_F(OpenAiHttpTest, BearerSchemeIsCaseInsensitive) {
+  Start("k3y");
+  for (const char* auth : {"bearer k3y", "BEARER k3y", "Bearer   k3y ", "bEaReR\tk3y"}) {
+    auto r = Post("ok", {{"Authorization", auth}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << auth << ": " << r->body;
+  }
+  for (const char* auth : {"Basic k3y", "Bearerk3y", "Bearer", "k3y", "Bearer k3y2"}) {
+    auto r = Post("ok", {{"Authorization", auth}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << auth;
+  }
+}
+
+TEST(BearerTokenTest, SchemeAndSpaces) {
+  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("  bearer   abc  "), "abc");
+  EXPECT_EQ(BearerToken("Basic abc"), "");
+  EXPECT_EQ(BearerToken("Bearerabc"), "");
+  EXPECT_EQ(BearerToken(""), "");
+}
+
+// Each HTTP caller is its own client: by peer address, or by (a hash of)
+// its API key when keys are in use; never the key itself.
+TEST_F(OpenAiHttpTest, TheHttpCallerIsNamedToTheRouter) {
+  Start();
+  auto r = Post("ok");
+  ASSERT_TRUE(r);
+  {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    EXPECT_EQ(fake_.metadata["x-pdserve-client"], "http:127.0.0.1");
+  }
+  EXPECT_EQ(HttpClientIdentity("", false, "10.1.2.3"), "http:10.1.2.3");
+  EXPECT_EQ(HttpClientIdentity("sekrit", false, "10.1.2.3"), "http:10.1.2.3");  // no keys configured
+  const std::string a = HttpClientIdentity("sekrit", true, "10.1.2.3");
+  EXPECT_EQ(a, HttpClientIdentity("sekrit", true, "10.9.9.9"));  // the key, not the address
+  EXPECT_NE(a, HttpClientIdentity("sekrit2", true, "10.1.2.3"));
+  EXPECT_EQ(a.rfind("key:", 0), 0u) << a;
+  EXPECT_EQ(a.find("sekrit"), std::string::npos) << a;
+}
+
+TEST_F(OpenAiHttpTest, TheApiKeyNamesTheClient) {
+  Start("k3y");
+  auto r = Post("ok", {{"Authorization", "Bearer k3y"}});
+  ASSERT_TRUE(r);
+  std::lock_guard<std::mutex> lock(fake_.mu);
+  EXPECT_EQ(fake_.metadata["x-pdserve-client"], HttpClientIdentity("k3y", true, "127.0.0.1"));
+}
+
+TEST(RequestTimeoutTest, TheClientMayOnlyLowerIt) {
+  EXPECT_EQ(*RequestTimeout(nullptr, absl::Seconds(600)), absl::Seconds(600));
+  const std::string half = "0.5", more = "7200", zero = "0", neg = "-1", word = "soon", inf = "inf";
+  EXPECT_EQ(*RequestTimeout(&half, absl::Seconds(600)), absl::Milliseconds(500));
+  EXPECT_EQ(*RequestTimeout(&more, absl::Seconds(600)), absl::Seconds(600));
+  for (const std::string* bad : {&zero, &neg, &word, &inf}) {
+    const auto t = RequestTimeout(bad, absl::Seconds(600));
+    ASSERT_FALSE(t.ok()) << *bad;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find("X-Request-Timeout"), std::string::npos) << t.status();
+  }
+}
+
+// The deadline reaches the router's call: past it the answer is 504, and
+// the router's side of the call is cancelled.
+TEST_F(OpenAiHttpTest, TheClientsDeadlineEndsTheCall) {
+  Start();
+  auto r = Post("endless", {{"X-Request-Timeout", "0.2"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "timeout") << r->body;
+  r = Post("ok", {{"X-Request-Timeout", "soon"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+}
+
+TEST_F(OpenAiHttpTest, TheServersDeadlineEndsTheCall) {
+  Start("", absl::Milliseconds(200));
+  auto r = Post("endless");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 504) << r->body;
+  // A stream past its deadline ends with an error event, then [DONE].
+  r = client_->Post("/v1/completions", json{{"prompt", "endless"}, {"stream", true}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find(R"("type":"timeout")"), std::string::npos) << r->body.substr(r->body.size() - 300);
+  EXPECT_NE(r->body.rfind("data: [DONE]"), std::string::npos);
 }
 
 }  // namespace

@@ -1,18 +1,12 @@
 #include "common/net/metrics.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-
-#include "common/net/httplib_config.h"  // before anything else includes httplib.h
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/net/http_server.h"
 #include "common/util/log.h"
 
 namespace pdserve {
@@ -155,61 +149,42 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
   }
-  auto server = std::make_unique<httplib::Server>();
-  // A few workers, not one per core: scrapes are rare and cheap, and each
-  // connection holds a worker for at most its timeouts.
-  server->new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
-  server->set_read_timeout(kIoTimeoutSeconds, 0);
-  server->set_write_timeout(kIoTimeoutSeconds, 0);
-  server->set_keep_alive_timeout(kKeepAliveTimeoutSeconds);
-  server->set_keep_alive_max_count(kKeepAliveMaxRequests);
-  server->set_payload_max_length(64 << 10);  // GET only: no request bodies
-  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
-  // a second process bind the same port silently and take half the scrapes.
-  server->set_socket_options([](int sock) {
-    const int one = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  });
-  server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
-    res.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("pdserve: metrics at /metrics\n", "text/plain; charset=utf-8");
-  });
-  server->set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-        if (res.status != 404) return httplib::Server::HandlerResponse::Unhandled;
-        res.set_content("not found: try GET /metrics\n", "text/plain; charset=utf-8");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-
-  errno = 0;
-  const int bound = port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    const int err = errno;
-    std::string why = "cannot bind (not an address of this host?)";
-    if (err == EADDRINUSE || err == EACCES || err == EADDRNOTAVAIL) why = std::strerror(err);
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port, ": ", why));
+  HttpServerOptions o;
+  o.name = "metrics";
+  o.host = host;
+  o.port = port;
+  o.max_connections = kMaxConnections;
+  o.header_timeout = kHeaderTimeout;
+  o.body_timeout = kHeaderTimeout;
+  o.idle_timeout = kIdleTimeout;
+  o.write_timeout = kIoTimeout;
+  o.max_body_bytes = 64 << 10;  // GET only: no request bodies
+  o.worker_threads = kWorkerThreads;
+  auto handler = [registry](const HttpRequest& req, HttpResponseWriter& w) {
+    constexpr char kText[] = "text/plain; charset=utf-8";
+    if (req.method != "GET" && req.method != "HEAD") {
+      w.Send(405, kText, "method not allowed: try GET /metrics\n");
+    } else if (req.path == "/metrics") {
+      w.Send(200, "text/plain; version=0.0.4; charset=utf-8", registry->Render());
+    } else if (req.path == "/") {
+      w.Send(200, kText, "pdserve: metrics at /metrics\n");
+    } else {
+      w.Send(404, kText, "not found: try GET /metrics\n");
+    }
+  };
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(std::move(o), std::move(handler));
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("cannot serve metrics on ", host, ":", port, ": ", server.status().message()));
   }
-  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(server), host, bound));
+  const int bound = (*server)->port();
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(*server), host, bound));
 }
 
-MetricsHttpServer::MetricsHttpServer(std::unique_ptr<httplib::Server> server, std::string host, int port)
-    : server_(std::move(server)), host_(std::move(host)), port_(port) {
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    listen_returned_ = true;
-  });
-  // httplib's stop() does nothing until the accept loop runs: wait for it, so
-  // that the destructor can always stop the loop. The socket is bound and
-  // listening already, so connections made meanwhile wait in the backlog.
-  while (!server_->is_running() && !listen_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<HttpServer> server, std::string host, int port)
+    : server_(std::move(server)), host_(std::move(host)), port_(port) {}
 
-MetricsHttpServer::~MetricsHttpServer() {
-  server_->stop();  // closes the listening socket; the loop then joins its workers
-  if (thread_.joinable()) thread_.join();
-}
+MetricsHttpServer::~MetricsHttpServer() = default;
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(const std::string& host, int port,
                                                                 const MetricsRegistry* registry,

@@ -19,12 +19,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "absl/time/time.h"
 
 namespace pdserve {
+
+class HttpServer;
 
 using MetricLabels = std::map<std::string, std::string>;
 
@@ -111,37 +110,37 @@ class MetricsRegistry {
 MetricLabels ModelLabels(const std::string& model_name);
 
 // Serves GET /metrics (the registry's text format) and GET / (a pointer to
-// it) over HTTP/1.1 with cpp-httplib; any other path is 404. Connections are
-// served on a small thread pool, each read and write is bounded by a timeout
-// and keep-alive is capped, so a slow or idle client holds one worker for
-// seconds and never blocks other scrapes.
+// it) over HTTP/1.1 on HttpServer (common/net/http_server.h); any other path
+// is 404. One event-loop thread reads every request under hard header and
+// idle deadlines, so slow, idle or half-sent connections hold no thread and
+// never block other scrapes; complete requests are rendered on a small pool.
 class MetricsHttpServer {
  public:
-  // Per-read and per-write socket timeouts.
-  static constexpr int kIoTimeoutSeconds = 5;
-  // An idle keep-alive connection is closed after this long, and after this
-  // many requests.
-  static constexpr int kKeepAliveTimeoutSeconds = 2;
-  static constexpr int kKeepAliveMaxRequests = 8;
-  // Worker threads: concurrent connections served at once.
-  static constexpr int kWorkerThreads = 8;
+  // Hard deadline for a request's headers; an idle keep-alive connection is
+  // closed after kIdleTimeout; a scraper that reads nothing for
+  // kIoTimeout is dropped.
+  static constexpr absl::Duration kHeaderTimeout = absl::Seconds(5);
+  static constexpr absl::Duration kIdleTimeout = absl::Seconds(2);
+  static constexpr absl::Duration kIoTimeout = absl::Seconds(5);
+  // Open connections; past it a new one gets 503 and is closed.
+  static constexpr int kMaxConnections = 256;
+  // Worker threads: renders at once.
+  static constexpr int kWorkerThreads = 2;
 
   // Binds `host:port` (port 0 picks one). InvalidArgument for an empty host,
   // Unavailable when it cannot bind.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   const MetricsRegistry* registry);
-  ~MetricsHttpServer();  // stops and joins (open connections end within their timeouts)
+  ~MetricsHttpServer();  // stops and joins
   int port() const { return port_; }
   const std::string& host() const { return host_; }
 
  private:
-  MetricsHttpServer(std::unique_ptr<httplib::Server> server, std::string host, int port);
+  MetricsHttpServer(std::unique_ptr<HttpServer> server, std::string host, int port);
 
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpServer> server_;
   const std::string host_;
   const int port_;
-  std::atomic<bool> listen_returned_{false};
-  std::thread thread_;
 };
 
 // For the servers' --metrics-port flag: nullptr when `port` < 0 (off);

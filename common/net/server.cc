@@ -25,6 +25,9 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen_address,
   // Both directions, explicitly (kMaxGrpcMessageBytes in server.h).
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  // No SO_REUSEPORT (gRPC's default on Linux): a second server given the
+  // same port must fail to bind, not silently take half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

@@ -1,8 +1,9 @@
 // The OpenAI-compatible HTTP API driven by the official `openai` npm client
 // (pinned by tests/openai/package-lock.json, installed by
 // scripts/fetch_openai_client.sh). Starts real pdserve-local processes on the
-// shipped passkey-4l model with --http-listen 127.0.0.1:0 and checks, as a
-// user of the SDK would see them:
+// shipped passkey-4l model, every port one the kernel picks (--port 0,
+// --http-listen 127.0.0.1:0, --metrics-port 0) and read back from its log,
+// and checks, as a user of the SDK would see them:
 //   1. models.list(): the served model, with an id and owned_by.
 //   2. completions, non-streaming: text, finish_reason, usage consistent with
 //      the prompt's bytes and max_tokens, the id also in X-Request-Id; a
@@ -10,27 +11,37 @@
 //   3. completions, streaming (stream_options.include_usage): the chunks'
 //      text concatenates to the non-streaming greedy text, one id, and the
 //      last chunk carries the same usage.
-//      curl -N sees the same stream as SSE lines ending in data: [DONE].
+//      A raw HTTP client (node:http, no SDK) sees the same stream as SSE
+//      events ending in data: [DONE].
 //   4. chat completions, streaming and not, where the model has a chat
 //      template; a 400 naming the reason where it has none.
 //   5. errors: n = 2 and a negative temperature are BadRequestError (400)
 //      naming the field; an unknown model is NotFoundError (404).
 //   6. a server started with --api-key: a wrong key is AuthenticationError
 //      (401), the right one works.
+//   7. HTTPS: a server with a certificate made at run time (make_test_certs.sh)
+//      and an API key; the SDK, in a child node process that trusts the
+//      test CA (NODE_EXTRA_CA_CERTS), lists the models, completes and
+//      streams over an https:// base URL; a lower-case "bearer" scheme works.
 // Usage: node openai_client_test.mjs BUILD_DIR SOURCE_DIR
 // Exit: 0 pass, 1 fail, 77 skip (the client package is missing).
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import net from "node:net";
+import { spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import http from "node:http";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [BUILD, SRC] = process.argv.slice(2).map((p) => path.resolve(p));
-if (process.argv.length !== 4) {
+// The HTTPS child: node openai_client_test.mjs --https-child BASE_URL KEY.
+const HTTPS_CHILD = process.argv[2] === "--https-child";
+const [BUILD, SRC] = HTTPS_CHILD ? ["", ""] : process.argv.slice(2).map((p) => path.resolve(p));
+if (!HTTPS_CHILD && process.argv.length !== 4) {
   console.error("usage: openai_client_test.mjs BUILD_DIR SOURCE_DIR");
   process.exit(2);
 }
-const CLIENT_DIR = process.env.PDSERVE_OPENAI_CLIENT || path.join(SRC, ".cache/openai-client");
+const CLIENT_DIR = process.env.PDSERVE_OPENAI_CLIENT ||
+  path.join(HTTPS_CHILD ? path.resolve(path.dirname(new URL(import.meta.url).pathname), "../..") : SRC, ".cache/openai-client");
 const CLIENT = path.join(CLIENT_DIR, "node_modules/openai/index.mjs");
 if (!existsSync(CLIENT)) {
   console.log(`SKIP: the openai npm package is missing in ${CLIENT_DIR}: run 'bash scripts/fetch_openai_client.sh' ` +
@@ -38,6 +49,7 @@ if (!existsSync(CLIENT)) {
   process.exit(77);
 }
 const { default: OpenAI, BadRequestError, NotFoundError, AuthenticationError } = await import(pathToFileURL(CLIENT).href);
+if (HTTPS_CHILD) await httpsChild(process.argv[3], process.argv[4]);
 const MODEL_DIR = path.join(SRC, "models/passkey-4l");
 const HAS_CHAT_TEMPLATE = "chat_template" in JSON.parse(readFileSync(path.join(MODEL_DIR, "config.json"), "utf8"));
 
@@ -55,23 +67,12 @@ function ok(msg) {
   console.log(`ok: ${msg}`);
 }
 
-// A free TCP port on loopback, for the router's gRPC port.
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-// pdserve-local with --http-listen 127.0.0.1:0 and `extra` flags; resolves
-// to the base URL once it prints "http on port N" and "router on".
+// pdserve-local on ports the kernel picks (port 0: nothing to collide with)
+// and `extra` flags; resolves to the base URL once it prints
+// "router on 127.0.0.1:N" and "http on port N".
 async function startServer(name, extra) {
   const bin = path.join(BUILD, "local/pdserve-local");
-  const args = ["--model", MODEL_DIR, "--port", String(await freePort()), "--http-listen", "127.0.0.1:0", ...extra];
+  const args = ["--model", MODEL_DIR, "--port", "0", "--http-listen", "127.0.0.1:0", "--metrics-port", "0", ...extra];
   const proc = spawn(bin, args, { env: { ...process.env, OMP_WAIT_POLICY: "PASSIVE" } });
   const s = { name, proc, log: "" };
   servers.push(s);
@@ -80,11 +81,11 @@ async function startServer(name, extra) {
   proc.stderr.on("data", onData);
   for (let i = 0; i < 600; ++i) {
     const m = s.log.match(/http on port (\d+)/);
-    if (m && s.log.includes("router on")) return { ...s, baseURL: `http://127.0.0.1:${m[1]}/v1` };
+    if (m && /router on 127\.0\.0\.1:\d+/.test(s.log)) return { ...s, baseURL: `http://127.0.0.1:${m[1]}/v1` };
     if (proc.exitCode !== null) break;
     await new Promise((r) => setTimeout(r, 100));
   }
-  fail(`${name}: pdserve-local did not print 'http on port N' and 'router on' within 60 s`);
+  fail(`${name}: pdserve-local did not print 'http on port N' and 'router on 127.0.0.1:N' within 60 s`);
 }
 
 async function stopServer(s) {
@@ -182,22 +183,45 @@ async function checkCompletionStream(client, base) {
   check(plainChunks.every((c) => !c.usage), "stream without include_usage: a chunk has usage");
   check(plainChunks.flatMap((c) => c.choices.map((ch) => ch.text ?? "")).join("") === base.text, "stream without include_usage: other text");
   ok("stream without include_usage: no usage chunk");
-  checkCurl(base);
+  await checkRawStream(base);
 }
 
-// The same stream through curl -N: "data: " lines, the last one [DONE].
-function checkCurl(base) {
-  if (spawnSync("curl", ["--version"]).status !== 0) return console.log("skip: curl not found");
-  const body = JSON.stringify({ ...base.req, stream: true });
-  const r = spawnSync("curl", ["-sSN", "--max-time", "60", "-H", "Content-Type: application/json", "-d", body,
-                               `${baseURL}/completions`], { encoding: "utf8" });
-  check(r.status === 0, `curl -N: exit ${r.status}: ${r.stderr}`);
-  const lines = r.stdout.split("\n").filter((l) => l.length > 0);
-  check(lines.length >= 2 && lines.every((l) => l.startsWith("data: ")), `curl -N: not SSE data lines: ${r.stdout.slice(0, 300)}`);
-  check(lines[lines.length - 1] === "data: [DONE]", `curl -N: last line ${lines[lines.length - 1]}`);
+// POST `body` (JSON) to `url` with node:http, no SDK in between: resolves to
+// { status, headers, body } (the raw bytes as text); rejects after 60 s.
+function rawPost(url, body) {
+  return new Promise((resolve, reject) => {
+    const data = Buffer.from(JSON.stringify(body));
+    const headers = { "Content-Type": "application/json", "Content-Length": data.length };
+    const req = http.request(url, { method: "POST", timeout: 60000, headers }, (res) => {
+      const parts = [];
+      res.on("data", (d) => parts.push(d));
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(parts).toString("utf8") }));
+      res.on("error", reject);
+    });
+    req.on("timeout", () => req.destroy(new Error("no complete answer within 60 s")));
+    req.on("error", reject);
+    req.end(data);
+  });
+}
+
+// The same stream as raw HTTP: "data: " events, the last one [DONE].
+async function checkRawStream(base) {
+  let r;
+  try {
+    r = await rawPost(`${baseURL}/completions`, { ...base.req, stream: true });
+  } catch (e) {
+    fail(`raw HTTP stream: ${e.message}`);
+  }
+  check(r.status === 200, `raw HTTP stream: status ${r.status}: ${r.body.slice(0, 300)}`);
+  check(/^text\/event-stream/.test(r.headers["content-type"] ?? ""), `raw HTTP stream: Content-Type ${r.headers["content-type"]}`);
+  const events = r.body.split("\n\n");
+  check(events.length >= 3 && events[events.length - 1] === "", `raw HTTP stream: not blank-line-separated events: ${r.body.slice(-300)}`);
+  const lines = events.slice(0, -1);
+  check(lines.every((l) => l.startsWith("data: ") && !l.includes("\n")), `raw HTTP stream: not SSE data lines: ${r.body.slice(0, 300)}`);
+  check(lines[lines.length - 1] === "data: [DONE]", `raw HTTP stream: last event ${lines[lines.length - 1]}`);
   const text = lines.slice(0, -1).map((l) => JSON.parse(l.slice(6))).flatMap((c) => c.choices.map((ch) => ch.text ?? "")).join("");
-  check(text === base.text, `curl -N: text ${JSON.stringify(text)} != ${JSON.stringify(base.text)}`);
-  ok(`curl -N: ${lines.length} SSE lines ending in data: [DONE], same text`);
+  check(text === base.text, `raw HTTP stream: text ${JSON.stringify(text)} != ${JSON.stringify(base.text)}`);
+  ok(`raw HTTP stream: ${lines.length} SSE events ending in data: [DONE], same text`);
 }
 
 const MESSAGES = [{ role: "system", content: "You remember pass keys." }, { role: "user", content: "The pass key is 42. What is it?" }];
@@ -267,6 +291,49 @@ async function checkApiKey() {
   await stopServer(s);
 }
 
+// Runs in the child process, which trusts the test CA from its start.
+async function httpsChild(baseURL, key) {
+  const c = new OpenAI({ baseURL, apiKey: key, maxRetries: 0, timeout: 60000 });
+  const model = (await c.models.list()).data[0].id;
+  const done = await c.completions.create({ model, prompt: "The passkey is", max_tokens: 4, temperature: 0 });
+  if (done.choices.length !== 1 || done.usage.completion_tokens < 1) throw new Error(`completion: ${JSON.stringify(done)}`);
+  let text = "";
+  const stream = await c.completions.create({ model, prompt: "The passkey is", max_tokens: 4, temperature: 0, stream: true });
+  for await (const chunk of stream) text += chunk.choices[0]?.text ?? "";
+  if (text !== done.choices[0].text) throw new Error(`stream '${text}' != '${done.choices[0].text}'`);
+  const lower = await fetch(`${baseURL}/models`, { headers: { Authorization: `bearer ${key}` } });
+  if (lower.status !== 200) throw new Error(`lower-case bearer: ${lower.status}`);
+  console.log(`https: models.list, a completion and a stream ('${text}') over ${baseURL}`);
+  process.exit(0);
+}
+
+async function checkHttps() {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "pdserve-https-"));
+  try {
+    execFileSync("bash", [path.join(SRC, "tests/e2e/make_test_certs.sh"), dir], { stdio: "inherit" });
+    const KEY = "sk-pdserve-https-" + process.pid;
+    const s = await startServer("https", ["--api-key", KEY, "--tls-cert", path.join(dir, "node.crt"),
+                                          "--tls-key", path.join(dir, "node.key")]);
+    check(/http on port \d+ \(https /.test(s.log), "the server does not say it serves https");
+    const url = s.baseURL.replace("http://", "https://");
+    let out;
+    try {
+      out = execFileSync(process.execPath, [new URL(import.meta.url).pathname, "--https-child", url, KEY],
+                         { env: { ...process.env, NODE_EXTRA_CA_CERTS: path.join(dir, "ca.crt") }, encoding: "utf8" });
+    } catch (e) {
+      fail(`HTTPS with the SDK: ${e.stdout ?? ""}${e.stderr ?? ""}${e.message}`);
+    }
+    ok(out.trim());
+    // Plain HTTP to the HTTPS port is not answered as HTTP.
+    const plain = await fetch(s.baseURL + "/models").then((r) => r.status, () => "refused");
+    check(plain !== 200, `plain HTTP to the HTTPS port answered ${plain}`);
+    ok(`plain HTTP to the HTTPS port: ${plain}`);
+    await stopServer(s);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 const s = await startServer("open", []);
 const baseURL = s.baseURL;
 // Any key: the server has none, so it must not check one.
@@ -278,4 +345,5 @@ await checkChat(client, model);
 await checkErrors(client, model);
 await stopServer(s);
 await checkApiKey();
+await checkHttps();
 console.log("PASS");
