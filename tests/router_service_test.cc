@@ -432,9 +432,24 @@ TEST_F(RouterServiceTest, InvalidRequestReachesNoWorker) {
   StartStack(1, 1);
   pdserve::v1::GenerateRequest req = Request();
   req.add_token_ids(999);  // past the vocabulary
-  Result r = Generate(nullptr, req);
+  grpc::ClientContext ctx;
+  Result r = GenerateWith(&ctx, req);
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << r.status.error_message();
   EXPECT_EQ(decode_[0]->script.calls() + prefill_[0]->script.calls(), 0);
+  // The refused field travels as data, in the pdserve-param trailer (the
+  // HTTP front's error `param`), not only in the message's words.
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  const auto it = trailers.find("pdserve-param");
+  ASSERT_NE(it, trailers.end());
+  EXPECT_EQ(std::string(it->second.data(), it->second.size()).rfind("token_ids", 0), 0u);
+}
+
+TEST_F(RouterServiceTest, AnAcceptedRequestHasNoParamTrailer) {
+  StartStack(1, 1);
+  grpc::ClientContext ctx;
+  Result r = GenerateWith(&ctx);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(ctx.GetServerTrailingMetadata().count("pdserve-param"), 0u);
 }
 
 TEST_F(RouterServiceTest, ApiKeyIsRequiredOnGenerateAndTokenize) {

@@ -1,5 +1,9 @@
-// HttpServer (http_server.h): the event loop, the worker pools, the response
-// writer and TLS.
+// HttpServer (http_server.h): the event loop (accept, reading requests, the
+// deadlines, lingering closes), running handlers on the worker pools and the
+// public class. Elsewhere: one connection's state, its socket and TLS I/O and
+// the handler's writer (http_connection.h); the options checks, the TLS
+// context and the listening socket (http_listener.h); the pool threads
+// (http_worker_pool.h).
 //
 // Ownership: every Conn lives in Impl::conns_. The loop thread alone touches
 // a Conn while it is not in a handler (phases kHandshake, kReading,
@@ -9,14 +13,9 @@
 // eventfd). The destructor frees what is left after every thread is joined.
 #include "common/net/http_server.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -26,10 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <climits>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <set>
@@ -38,20 +34,28 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "common/net/http_connection.h"
+#include "common/net/http_listener.h"
 #include "common/net/http_request_parser.h"
+#include "common/net/http_worker_pool.h"
 #include "common/util/log.h"
 
 namespace pdserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using http_internal::BlockSigpipe;
+using http_internal::Clock;
+using http_internal::Conn;
+using http_internal::ConnWriter;
+using http_internal::HandshakeResult;
+using http_internal::kReadChunkBytes;
+using http_internal::MillisUntil;
+using http_internal::ReadResult;
+using http_internal::ToClock;
+using http_internal::WorkerPool;
 
 constexpr int kMaxRequestsPerConnection = 1000;
-constexpr size_t kReadChunkBytes = 64 << 10;
 // After an error response or a closing response: how long (and how much) the
 // loop keeps reading and discarding before the close, so that the client's
 // unread request bytes do not turn the close into a reset that destroys the
@@ -65,268 +69,6 @@ constexpr absl::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 // The two descriptors in epoll that are not connections.
 char kListenTag;
 char kWakeTag;
-
-Clock::duration ToClock(absl::Duration d) {
-  return std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(d));
-}
-
-int MillisUntil(Clock::time_point t, Clock::time_point now) {
-  if (t <= now) return 0;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - now).count();
-  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
-
-// OpenSSL writes with write(2), without MSG_NOSIGNAL: a peer gone would kill
-// the process with SIGPIPE. Every thread of the server blocks it, so the
-// write fails with EPIPE instead (the signal stays pending on that thread).
-void BlockSigpipe() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-std::string OpenSslErrors() {
-  std::string out;
-  for (unsigned long e = ERR_get_error(); e != 0; e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
-  }
-  return out.empty() ? "unknown OpenSSL error" : out;
-}
-
-void PeerOf(const sockaddr_storage& addr, std::string* address, int* port) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (addr.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
-    *port = ntohs(a->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
-    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], buf, sizeof(buf));
-    } else {
-      inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
-    }
-    *port = ntohs(a->sin6_port);
-  }
-  *address = buf;
-}
-
-// Reads and drops whatever the peer already sent (without blocking).
-void DiscardPending(int fd) {
-  char buf[4096];
-  for (int i = 0; i < 64; ++i) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n <= 0 && !(n < 0 && errno == EINTR)) return;
-  }
-}
-
-struct Conn {
-  enum class Phase { kHandshake, kReading, kInHandler, kLingering, kClosed };
-
-  Conn(int fd, size_t max_header_bytes, size_t max_body_bytes) : fd(fd), parser(max_header_bytes, max_body_bytes) {}
-
-  int fd;
-  SSL* ssl = nullptr;
-  Phase phase = Phase::kReading;
-  HttpRequestParser parser;
-  std::string in;        // read, not parsed yet (a partial or pipelined request)
-  HttpRequest request;   // the request in its handler
-  bool keep_alive = false;  // the response to `request` may keep the connection
-  std::string peer_address;
-  int peer_port = 0;
-  bool started = false;  // a byte of the current request has arrived
-  bool reused = false;   // a response was written on this connection already
-  int requests = 0;
-  Clock::time_point head_deadline;
-  bool has_deadline = false;
-  Clock::time_point deadline;
-  uint32_t armed = 0;  // the epoll events registered; 0: not in epoll
-  size_t lingered = 0;
-};
-
-// Threads that run one Conn's handler at a time, in arrival order.
-class WorkerPool final {
- public:
-  void Start(int threads, std::function<void(Conn*)> run) {
-    run_ = std::move(run);
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
-  }
-  void Push(Conn* c) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(c);
-    }
-    cv_.notify_one();
-  }
-  // Lets the running handlers return, joins; returns the Conns never started.
-  std::vector<Conn*> Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-    return std::vector<Conn*>(queue_.begin(), queue_.end());
-  }
-
- private:
-  void Loop() {
-    BlockSigpipe();
-    while (true) {
-      Conn* c = nullptr;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
-        c = queue_.front();
-        queue_.pop_front();
-      }
-      run_(c);
-    }
-  }
-
-  std::function<void(Conn*)> run_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Conn*> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
-
-bool AsksToClose(const std::vector<HttpHeader>& headers) {
-  for (const HttpHeader& h : headers) {
-    if (!absl::EqualsIgnoreCase(h.name, "connection")) continue;
-    for (absl::string_view token : absl::StrSplit(h.value, ',')) {
-      if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(token), "close")) return true;
-    }
-  }
-  return false;
-}
-
-// The handler's writer: blocking writes on the non-blocking socket, each
-// bounded by write_timeout without progress.
-class ConnWriter final : public HttpResponseWriter {
- public:
-  ConnWriter(Conn* conn, absl::Duration write_timeout, bool keep_alive)
-      : conn_(conn), write_timeout_(ToClock(write_timeout)), keep_alive_(keep_alive),
-        head_only_(conn->request.method == "HEAD") {}
-
-  bool Send(int status, absl::string_view content_type, absl::string_view body,
-            const std::vector<HttpHeader>& extra_headers) override {
-    if (state_ != State::kNone) return false;
-    state_ = State::kDone;
-    keep_alive_ = keep_alive_ && !AsksToClose(extra_headers);
-    const bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200);
-    std::string head = HttpResponseHead(status, content_type, no_body ? -1 : static_cast<int64_t>(body.size()),
-                                        false, keep_alive_, extra_headers);
-    if (no_body || head_only_) return Finish(WriteAll(head));
-    if (body.size() <= kReadChunkBytes) return Finish(WriteAll(absl::StrCat(head, body)));
-    return Finish(WriteAll(head) && WriteAll(body));
-  }
-
-  bool StartStream(int status, absl::string_view content_type,
-                   const std::vector<HttpHeader>& extra_headers) override {
-    if (state_ != State::kNone) return false;
-    state_ = State::kStreaming;
-    chunked_ = conn_->request.http_minor >= 1;
-    keep_alive_ = keep_alive_ && chunked_ && !AsksToClose(extra_headers);
-    return WriteAll(HttpResponseHead(status, content_type, -1, chunked_, keep_alive_, extra_headers));
-  }
-
-  bool Write(absl::string_view data) override {
-    if (state_ != State::kStreaming || failed_) return false;
-    if (data.empty() || head_only_) return true;
-    if (!chunked_) return WriteAll(data);
-    char size[24];
-    const int n = snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    return WriteAll(absl::StrCat(absl::string_view(size, static_cast<size_t>(n)), data, "\r\n"));
-  }
-
-  bool EndStream() override {
-    if (state_ != State::kStreaming || failed_) return false;
-    state_ = State::kDone;
-    if (!chunked_ || head_only_) return Finish(true);
-    return Finish(WriteAll("0\r\n\r\n"));
-  }
-
-  int fd() const override { return conn_->fd; }
-
-  bool started() const { return state_ != State::kNone; }
-  // The whole response went out: the connection may carry another.
-  bool complete() const { return state_ == State::kDone && complete_ && !failed_; }
-  bool keep_alive() const { return keep_alive_; }
-  // A write failed (client gone, or not reading for write_timeout).
-  bool failed() const { return failed_; }
-
- private:
-  enum class State { kNone, kStreaming, kDone };
-
-  bool Finish(bool ok) {
-    complete_ = ok;
-    return ok;
-  }
-  bool WriteAll(absl::string_view data);
-  // One write attempt: bytes written, 0 to wait for *wait_events, -1 failed.
-  ssize_t WriteOnce(absl::string_view data, short* wait_events);
-
-  Conn* const conn_;
-  const Clock::duration write_timeout_;
-  bool keep_alive_;
-  const bool head_only_;
-  State state_ = State::kNone;
-  bool chunked_ = false;
-  bool failed_ = false;
-  bool complete_ = false;
-};
-
-ssize_t ConnWriter::WriteOnce(absl::string_view data, short* wait_events) {
-  *wait_events = POLLOUT;
-  if (conn_->ssl != nullptr) {
-    ERR_clear_error();
-    const int r = SSL_write(conn_->ssl, data.data(), static_cast<int>(std::min<size_t>(data.size(), INT_MAX)));
-    if (r > 0) return r;
-    const int e = SSL_get_error(conn_->ssl, r);
-    if (e == SSL_ERROR_WANT_WRITE) return 0;
-    if (e == SSL_ERROR_WANT_READ) {
-      *wait_events = POLLIN;
-      return 0;
-    }
-    ERR_clear_error();
-    return -1;
-  }
-  while (true) {
-    const ssize_t n = send(conn_->fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n >= 0) return n;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-  }
-}
-
-bool ConnWriter::WriteAll(absl::string_view data) {
-  if (failed_) return false;
-  Clock::time_point deadline = Clock::now() + write_timeout_;
-  while (!data.empty()) {
-    short wait_events = POLLOUT;
-    const ssize_t n = WriteOnce(data, &wait_events);
-    if (n < 0) break;
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-      deadline = Clock::now() + write_timeout_;
-      continue;
-    }
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) break;
-    pollfd p{conn_->fd, wait_events, 0};
-    if (poll(&p, 1, MillisUntil(deadline, now)) < 0 && errno != EINTR) break;
-    if ((p.revents & (POLLERR | POLLNVAL)) != 0) break;
-  }
-  failed_ = !data.empty();
-  return !failed_;
-}
 
 }  // namespace
 
@@ -342,9 +84,7 @@ class HttpServer::Impl {
   Stats stats() const;
 
  private:
-  absl::Status CheckOptions() const;
-  absl::Status InitTls();
-  absl::Status Bind();
+  absl::Status InitEpoll();
 
   // The loop thread.
   void Run();
@@ -355,8 +95,6 @@ class HttpServer::Impl {
   void OnConnEvent(Conn* c);
   void DoHandshake(Conn* c);
   void OnReadable(Conn* c);
-  enum class ReadResult { kData, kAgain, kEof };
-  ReadResult ReadSome(Conn* c);
   bool Advance(Conn* c);
   void Dispatch(Conn* c);
   void FailRequest(Conn* c, int status, absl::string_view message);
@@ -369,7 +107,6 @@ class HttpServer::Impl {
   void SetDeadline(Conn* c, Clock::time_point t);
   void ClearDeadline(Conn* c);
   void Arm(Conn* c, uint32_t events);
-  bool TryWriteNow(Conn* c, absl::string_view data);
   std::pair<std::string, std::string> ErrorBody(int status, absl::string_view message) const;
   std::string ErrorResponse(int status, absl::string_view message) const;
   void CloseConn(Conn* c);
@@ -411,91 +148,20 @@ class HttpServer::Impl {
 
 // ---- Start and stop ----
 
-absl::Status HttpServer::Impl::CheckOptions() const {
-  const HttpServerOptions& o = options_;
-  auto bad = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(o.name, ": invalid HTTP server options: ", what));
-  };
-  if (!handler_) return bad("no handler");
-  if (o.port < 0 || o.port > 65535) return bad(absl::StrCat("port ", o.port));
-  if (o.max_connections < 1) return bad("max_connections < 1");
-  if (o.worker_threads < 1) return bad("worker_threads < 1");
-  if (o.fast_lane && o.fast_worker_threads < 1) return bad("fast_worker_threads < 1 with a fast lane");
-  if (o.header_timeout <= absl::ZeroDuration() || o.body_timeout <= absl::ZeroDuration() ||
-      o.idle_timeout <= absl::ZeroDuration() || o.write_timeout <= absl::ZeroDuration()) {
-    return bad("a timeout <= 0");
-  }
-  if (o.max_header_bytes < 16) return bad("max_header_bytes < 16");
-  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) return bad("tls_cert_file and tls_key_file go together");
-  return absl::OkStatus();
-}
-
-absl::Status HttpServer::Impl::InitTls() {
-  if (options_.tls_cert_file.empty()) return absl::OkStatus();
-  ERR_clear_error();
-  ssl_ctx_ = SSL_CTX_new(TLS_server_method());
-  if (ssl_ctx_ == nullptr) return absl::InternalError(absl::StrCat(options_.name, ": SSL_CTX_new: ", OpenSslErrors()));
-  SSL_CTX_set_min_proto_version(ssl_ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_options(ssl_ctx_, SSL_OP_NO_RENEGOTIATION);
-  // Partial writes: WriteAll and TryWriteNow take what a record took. Released
-  // buffers: an idle connection holds no 34 KiB of them.
-  SSL_CTX_set_mode(ssl_ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                                 SSL_MODE_RELEASE_BUFFERS);
-  auto bad = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(options_.name, ": ", what, " (certificate ", options_.tls_cert_file,
-                                                   ", key ", options_.tls_key_file, "): ", OpenSslErrors()));
-  };
-  if (SSL_CTX_use_certificate_chain_file(ssl_ctx_, options_.tls_cert_file.c_str()) != 1) {
-    return bad("cannot load the TLS certificate");
-  }
-  if (SSL_CTX_use_PrivateKey_file(ssl_ctx_, options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return bad("cannot load the TLS private key");
-  }
-  if (SSL_CTX_check_private_key(ssl_ctx_) != 1) return bad("the TLS private key does not match the certificate");
-  return absl::OkStatus();
-}
-
-absl::Status HttpServer::Impl::Bind() {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(options_.port);
-  const int gai = getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(), &hints, &found);
-  const std::string where = absl::StrCat(options_.name, ": cannot listen on ", options_.host, ":", options_.port);
-  if (gai != 0) return absl::UnavailableError(absl::StrCat(where, ": ", gai_strerror(gai)));
-  int err = 0;
-  for (addrinfo* ai = found; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    const int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ai->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
-      listen_fd_ = fd;
-    } else {
-      err = errno;
-      close(fd);
-    }
-  }
-  freeaddrinfo(found);
-  if (listen_fd_ < 0) return absl::UnavailableError(absl::StrCat(where, ": ", strerror(err)));
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  std::string ignored;
-  PeerOf(addr, &ignored, &port_);
-  return absl::OkStatus();
-}
-
 absl::Status HttpServer::Impl::Init() {
-  if (absl::Status s = CheckOptions(); !s.ok()) return s;
-  if (absl::Status s = InitTls(); !s.ok()) return s;
-  if (absl::Status s = Bind(); !s.ok()) return s;
+  if (absl::Status s = http_internal::CheckHttpServerOptions(options_, static_cast<bool>(handler_)); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<SSL_CTX*> ctx = http_internal::NewServerTlsContext(options_);
+  if (!ctx.ok()) return ctx.status();
+  ssl_ctx_ = *ctx;
+  absl::StatusOr<int> listen_fd = http_internal::BindListener(options_, &port_);
+  if (!listen_fd.ok()) return listen_fd.status();
+  listen_fd_ = *listen_fd;
+  return InitEpoll();
+}
+
+absl::Status HttpServer::Impl::InitEpoll() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_fd_ < 0 || wake_fd_ < 0) {
@@ -616,7 +282,7 @@ void HttpServer::Impl::OnAccept() {
         (void)!send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(fd, SHUT_WR);
       }
-      DiscardPending(fd);
+      http_internal::DiscardPending(fd);
       close(fd);
       continue;
     }
@@ -645,18 +311,12 @@ void HttpServer::Impl::AddConn(int fd, const sockaddr_storage& addr) {
   Conn* c = owned.get();
   conns_.emplace(c, std::move(owned));
   open_.fetch_add(1);
-  PeerOf(addr, &c->peer_address, &c->peer_port);
+  http_internal::PeerOf(addr, &c->peer_address, &c->peer_port);
   c->head_deadline = Clock::now() + ToClock(options_.header_timeout);
   SetDeadline(c, c->head_deadline);
-  if (ssl_ctx_ != nullptr) {
-    c->ssl = SSL_new(ssl_ctx_);
-    if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
-      ERR_clear_error();
-      CloseConn(c);
-      return;
-    }
-    SSL_set_accept_state(c->ssl);
-    c->phase = Conn::Phase::kHandshake;
+  if (ssl_ctx_ != nullptr && !http_internal::StartTls(c, ssl_ctx_)) {
+    CloseConn(c);
+    return;
   }
   Arm(c, EPOLLIN);
 }
@@ -678,63 +338,35 @@ void HttpServer::Impl::OnConnEvent(Conn* c) {
 }
 
 void HttpServer::Impl::DoHandshake(Conn* c) {
-  ERR_clear_error();
-  const int r = SSL_do_handshake(c->ssl);
-  if (r == 1) {
-    c->phase = Conn::Phase::kReading;
-    Arm(c, EPOLLIN);
-    OnReadable(c);  // the first request may be in OpenSSL's buffer already
-    return;
-  }
-  const int e = SSL_get_error(c->ssl, r);
-  if (e == SSL_ERROR_WANT_READ) {
-    Arm(c, EPOLLIN);
-  } else if (e == SSL_ERROR_WANT_WRITE) {
-    Arm(c, EPOLLIN | EPOLLOUT);
-  } else {
-    ERR_clear_error();
-    CloseConn(c);  // not TLS, or a failed handshake
+  switch (http_internal::HandshakeStep(c)) {
+    case HandshakeResult::kDone:
+      c->phase = Conn::Phase::kReading;
+      Arm(c, EPOLLIN);
+      OnReadable(c);  // the first request may be in OpenSSL's buffer already
+      return;
+    case HandshakeResult::kWantRead:
+      Arm(c, EPOLLIN);
+      return;
+    case HandshakeResult::kWantWrite:
+      Arm(c, EPOLLIN | EPOLLOUT);
+      return;
+    case HandshakeResult::kFailed:
+      CloseConn(c);  // not TLS, or a failed handshake
+      return;
   }
 }
 
 void HttpServer::Impl::OnReadable(Conn* c) {
   while (c->phase == Conn::Phase::kReading) {
     if (!c->in.empty() && !Advance(c)) return;
-    const ReadResult r = ReadSome(c);
+    uint32_t arm = 0;
+    const ReadResult r = http_internal::ReadSome(c, &read_buf_, &arm);
+    if (arm != 0) Arm(c, arm);
     if (r == ReadResult::kAgain) return;
     if (r == ReadResult::kEof) {
       CloseConn(c);  // the client is gone (or went before finishing its request)
       return;
     }
-  }
-}
-
-HttpServer::Impl::ReadResult HttpServer::Impl::ReadSome(Conn* c) {
-  if (c->ssl != nullptr) {
-    ERR_clear_error();
-    const int r = SSL_read(c->ssl, read_buf_.data(), static_cast<int>(read_buf_.size()));
-    if (r > 0) {
-      c->in.append(read_buf_.data(), static_cast<size_t>(r));
-      Arm(c, EPOLLIN);
-      return ReadResult::kData;
-    }
-    const int e = SSL_get_error(c->ssl, r);
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      Arm(c, e == SSL_ERROR_WANT_READ ? EPOLLIN : EPOLLIN | EPOLLOUT);
-      return ReadResult::kAgain;
-    }
-    ERR_clear_error();
-    return ReadResult::kEof;
-  }
-  while (true) {
-    const ssize_t n = recv(c->fd, read_buf_.data(), read_buf_.size(), 0);
-    if (n > 0) {
-      c->in.append(read_buf_.data(), static_cast<size_t>(n));
-      return ReadResult::kData;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ReadResult::kAgain;
-    return ReadResult::kEof;
   }
 }
 
@@ -754,7 +386,7 @@ bool HttpServer::Impl::Advance(Conn* c) {
         return true;
       case HttpRequestParser::Progress::kHeadDone:
         SetDeadline(c, Clock::now() + ToClock(options_.body_timeout));
-        if (c->parser.expects_continue() && c->in.empty() && !TryWriteNow(c, kContinue)) {
+        if (c->parser.expects_continue() && c->in.empty() && !http_internal::TryWriteNow(c, kContinue)) {
           CloseConn(c);
           return false;
         }
@@ -788,19 +420,14 @@ void HttpServer::Impl::Dispatch(Conn* c) {
 
 void HttpServer::Impl::FailRequest(Conn* c, int status, absl::string_view message) {
   bad_requests_.fetch_add(1);
-  TryWriteNow(c, ErrorResponse(status, message));
+  http_internal::TryWriteNow(c, ErrorResponse(status, message));
   Linger(c);
 }
 
 // Closes our side for writing and drains the peer's for a moment (see
 // kLingerTime) before the close.
 void HttpServer::Impl::Linger(Conn* c) {
-  if (c->ssl != nullptr && SSL_is_init_finished(c->ssl)) {
-    ERR_clear_error();
-    SSL_shutdown(c->ssl);  // close_notify, best effort
-    ERR_clear_error();
-  }
-  shutdown(c->fd, SHUT_WR);
+  http_internal::ShutdownWrite(c);
   c->phase = Conn::Phase::kLingering;
   c->in.clear();
   c->lingered = 0;
@@ -868,7 +495,7 @@ void HttpServer::Impl::OnDeadline(Conn* c) {
       // A keep-alive connection that sent nothing of a next request just
       // closes; otherwise the client hears why.
       if (c->started || !c->reused) {
-        TryWriteNow(c, ErrorResponse(408, "request timed out"));
+        http_internal::TryWriteNow(c, ErrorResponse(408, "request timed out"));
         Linger(c);
         return;
       }
@@ -909,24 +536,6 @@ void HttpServer::Impl::Arm(Conn* c, uint32_t events) {
   c->armed = events;
 }
 
-// Best effort from the loop: what the socket takes now; true if all of it.
-bool HttpServer::Impl::TryWriteNow(Conn* c, absl::string_view data) {
-  if (c->ssl != nullptr) {
-    if (!SSL_is_init_finished(c->ssl)) return false;
-    ERR_clear_error();
-    const int r = SSL_write(c->ssl, data.data(), static_cast<int>(data.size()));
-    ERR_clear_error();
-    return r == static_cast<int>(data.size());
-  }
-  while (!data.empty()) {
-    const ssize_t n = send(c->fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 std::pair<std::string, std::string> HttpServer::Impl::ErrorBody(int status, absl::string_view message) const {
   if (options_.error_body) return options_.error_body(status, message);
   return {"text/plain; charset=utf-8", absl::StrCat(message, "\n")};
@@ -954,11 +563,7 @@ void HttpServer::Impl::CloseConn(Conn* c) {
 void HttpServer::Impl::FreeConn(Conn* c) {
   if (c->phase == Conn::Phase::kClosed) return;
   c->phase = Conn::Phase::kClosed;
-  if (c->ssl != nullptr) SSL_free(c->ssl);
-  c->ssl = nullptr;
-  DiscardPending(c->fd);
-  close(c->fd);
-  c->fd = -1;
+  http_internal::ReleaseSocket(c);
   open_.fetch_sub(1);
 }
 
