@@ -1,7 +1,7 @@
 // Prometheus metrics: counters, callback gauges and histograms in a registry that
 // renders the text exposition format (version 0.0.4) with constant labels
 // (the model) on every series, latency bucket bounds, and an HTTP server
-// (cpp-httplib) for GET /metrics. Every series name carries its unit
+// (HttpServer, common/net/http_server.h) for GET /metrics. Every series name carries its unit
 // (_seconds, _bytes, _total).
 //
 // Updates are lock-free (atomics) except histograms, which take a short

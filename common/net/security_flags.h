@@ -27,7 +27,7 @@ struct SecurityOptions {
   std::string cert_pem;
   std::string key_pem;
   std::string ca_pem;
-  // The paths they came from (cpp-httplib's SSL server takes paths).
+  // The paths they came from (the HTTP server's TLS context takes paths).
   std::string cert_file;
   std::string key_file;
   std::string ca_file;
