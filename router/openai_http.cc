@@ -10,6 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/handoff/crc32c.h"
+#include "common/net/grpc_security.h"
 #include "common/net/http_server.h"
 #include "common/util/log.h"
 #include "pdserve/v1/generate.grpc.pb.h"
@@ -34,21 +36,7 @@ std::string NewRequestId(OpenAiEndpoint endpoint) {
                       absl::Hex(Random64(), absl::kZeroPad16), absl::Hex(Random64() >> 32, absl::kZeroPad8));
 }
 
-// Compares without an early exit, so the time taken says nothing of the key.
-bool KeyMatches(const std::string& given, const std::string& want) {
-  unsigned char diff = given.size() == want.size() ? 0 : 1;
-  for (size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ want[i % want.size()];
-  return diff == 0;
-}
-
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
-
-// FNV-1a, 64 bits: names a key in the logs without printing it.
-uint64_t Fnv1a(absl::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // One Generate call to the router, alive while its HTTP response is.
 struct RouterCall {
@@ -93,7 +81,8 @@ std::string BearerToken(absl::string_view authorization) {
 
 std::string HttpClientIdentity(absl::string_view bearer_token, bool keys_in_use, absl::string_view peer_address) {
   if (keys_in_use && !bearer_token.empty()) {
-    return absl::StrCat("key:", absl::Hex(Fnv1a(bearer_token) >> 32, absl::kZeroPad8));
+    // A checksum of the key names it in the logs without printing it.
+    return absl::StrCat("key:", absl::Hex(Crc32c(bearer_token.data(), bearer_token.size()), absl::kZeroPad8));
   }
   return absl::StrCat("http:", peer_address);
 }
@@ -217,7 +206,7 @@ bool OpenAiHttpServer::Impl::Authorized(const HttpRequest& req, HttpResponseWrit
   if (key.empty()) return true;
   const std::string* auth = req.Header("Authorization");
   const std::string token = auth == nullptr ? "" : BearerToken(*auth);
-  if (!token.empty() && KeyMatches(token, key)) return true;
+  if (!token.empty() && ConstantTimeEquals(token, key)) return true;
   SendError(w, {401, auth == nullptr ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key",
                 "authentication_error", "", "invalid_api_key"});
   return false;

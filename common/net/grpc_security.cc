@@ -4,17 +4,13 @@
 #include "absl/strings/string_view.h"
 
 namespace pdserve {
-namespace {
 
-// Equal contents, in time that depends on the lengths only.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
-
-}  // namespace
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const SecurityOptions& options, PortKind kind) {
   if (!options.tls()) return grpc::InsecureServerCredentials();

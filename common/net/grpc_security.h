@@ -14,6 +14,8 @@
 //   ClientChannelSecurity     the same plus the API key (public clients);
 //                             ClientSecurityFromFlags, of the flags
 //   CheckApiKey               a call's `authorization: Bearer KEY` metadata
+//   ConstantTimeEquals        key comparison that leaks no prefix length
+//                             (CheckApiKey's, and the HTTP front's)
 #pragma once
 
 #include <memory>
@@ -23,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/net/security_flags.h"
 #include "common/net/server.h"
 
@@ -60,5 +63,8 @@ absl::StatusOr<ChannelSecurity> ClientSecurityFromFlags();
 // <api_key>` (compared in constant time); Unauthenticated otherwise, with a
 // message that never contains a key.
 absl::Status CheckApiKey(const grpc::ServerContextBase& context, const std::string& api_key);
+
+// Equal contents, in time that depends on the lengths only.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 }  // namespace pdserve
