@@ -7,7 +7,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -91,6 +94,40 @@ TEST(PrefillAttentionTest, MatchesTheFullMaskFormInEachIsa) {
   }
 }
 
+// Many small shapes at random offsets (decode-like single rows, rings of a
+// window, keys not tile-aligned, dominant sinks) against the full-mask form
+// in each ISA; the two ISA builds give the same bits.
+TEST(PrefillAttentionTest, MatchesTheFullMaskFormAtRandomOffsets) {
+  if (!PrefillAttnSupported({4, 2, 16, false})) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  at::manual_seed(14);
+  std::mt19937 rng(14);
+  for (int i = 0; i < 300; ++i) {
+    const Shape s = i % 2 == 0 ? Shape{4, 2, 16} : Shape{4, 2, 32};
+    const int64_t window = std::vector<int64_t>{0, 8, 64, 100}[rng() % 4];
+    const int64_t T = 1 + rng() % (i % 3 == 0 ? 3 : 90), q_start = i % 4 == 0 ? 0 : rng() % 200;
+    const int64_t k_start = window > 0 ? std::max<int64_t>(0, q_start - window + 1 - int64_t(rng() % 3)) : 0;
+    const int64_t S = q_start + T - k_start;
+    const Case c{q_start, T, k_start, S, window};
+    // Scores from a few units to hundreds; sinks from negligible to dominant.
+    const double scale = std::vector<double>{1, 2, 3}[rng() % 3];
+    const at::Tensor q = at::randn({T, s.H, s.d}) * scale, k = at::randn({S, s.K, s.d}) * scale;
+    const at::Tensor v = at::randn({S, s.K, s.d});
+    const at::Tensor sinks = at::randn({s.H}) * 3 + (i % 5 == 0 ? 12.0 : 0.0);
+    const at::Tensor want = AttendWithSinks(q, k, v, sinks, AttentionMask(q_start, T, k_start, S, window));
+    for (DecodeAttnIsa isa : Isas()) {
+      const at::Tensor got = RunKernel(q, k, v, sinks, c, isa);
+      ASSERT_TRUE(at::allclose(got, want, 2e-5, 2e-5))
+          << Describe(s, c, isa) << ": max diff " << (got - want).abs().max().item<float>();
+    }
+    if (Isas().size() == 2) {  // the same operations in the same order lane by lane: the same bits
+      const at::Tensor a = RunKernel(q, k, v, sinks, c, DecodeAttnIsa::kAvx2);
+      const at::Tensor b = RunKernel(q, k, v, sinks, c, DecodeAttnIsa::kAvx512);
+      ASSERT_TRUE(at::equal(a, b)) << Describe(s, c, DecodeAttnIsa::kAvx512) << ": differs from avx2 by "
+                                   << (a - b).abs().max().item<float>();
+    }
+  }
+}
+
 // Rows [a, T) computed alone (a not a multiple of the block, so every row
 // sits in another block with other company) equal the same rows computed
 // with all T, bit for bit; through BlockedAttendWithSinks (the threaded
@@ -117,6 +154,48 @@ TEST(PrefillAttentionTest, ARowsBitsDoNotDependOnItsBlock) {
           << "threaded, q_start " << c.q_start << " from row " << a;
     }
   }
+}
+
+// At long lengths (passkey-4l's attention shape: 4 heads, 2 KV heads, d 32)
+// the threaded kernel matches the full-mask form on sampled query rows (the
+// first, some middle, and the last, deepest ones: those see every key), in
+// the default ISA.
+TEST(PrefillAttentionTest, MatchesTheFullMaskFormAtLongLengths) {
+  if (!PrefillAttnSupported({4, 2, 32, false})) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  at::manual_seed(13);
+  for (const int64_t T : {int64_t{8192}, int64_t{32768}}) {
+    const at::Tensor q = at::randn({T, 4, 32}), k = at::randn({T, 2, 32}), v = at::randn({T, 2, 32});
+    const at::Tensor sinks = at::randn({4});
+    const at::Tensor got = BlockedAttendWithSinks(q, k, v, sinks, 0, 0, 0);
+    for (const int64_t r0 : {int64_t{0}, T / 2 - 7, T - 48}) {
+      const int64_t rows = 48;
+      const at::Tensor want = AttendWithSinks(q.narrow(0, r0, rows), k, v, sinks, AttentionMask(r0, rows, 0, T, 0));
+      const at::Tensor part = got.narrow(0, r0, rows);
+      EXPECT_TRUE(at::allclose(part, want, 2e-5, 2e-5))
+          << "T " << T << " rows from " << r0 << ": max diff " << (part - want).abs().max().item<float>();
+    }
+  }
+}
+
+// The fused path's memory is O(T): a 32,768-token global layer (whose T x T
+// x H fp32 scores would be 16 GiB) raises this process's peak resident set
+// by less than 4x its O(T) tensors (K/V in the kernel's layout, the output:
+// 48 MiB) plus 32 MiB.
+TEST(PrefillAttentionTest, MemoryStaysLinearInTheLength) {
+  if (!PrefillAttnSupported({4, 2, 32, false})) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  const int64_t T = 32768;
+  const at::Tensor q = at::randn({T, 4, 32}), k = at::randn({T, 2, 32}), v = at::randn({T, 2, 32});
+  const at::Tensor sinks = at::zeros({4});
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const at::Tensor out = BlockedAttendWithSinks(q, k, v, sinks, 0, 0, 0);
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  const int64_t linear = (2 * T * 2 * 32 + T * 4 * 32) * 4;  // bytes
+  const int64_t grew = (after.ru_maxrss - before.ru_maxrss) * 1024;
+  EXPECT_LT(grew, 4 * linear + (int64_t{32} << 20)) << "peak RSS grew by " << grew << " bytes; O(T) tensors "
+                                                     << linear << " bytes";
+  EXPECT_EQ(out.size(0), T);
 }
 
 // Where the kernel does not take a shape, BlockedAttendWithSinks falls back

@@ -5,8 +5,9 @@
 //   - attention_isa::avx512::Vec (16 lanes, 32 registers; AVX-512F);
 // with Zero, Set1, Load(float*), Load(uint16_t* bf16), LoadPairs (bf16 as
 // even and odd lanes), StorePairs, Fma, Add, Sub, Mul,
-// Max, Round, Pow2, Store, Sum, Sum4, MaxLanes, and each namespace's
-// Exp(VecT) (attention_exp.inc). Call them only after the CPU check
+// Max, Round, Pow2, Scale2, KeepInRange, AllEqual, Store, Sum, Sum4, MaxLanes,
+// and each namespace's Exp(VecT) and Exp2(VecT) (attention_exp.inc). Call
+// them only after the CPU check
 // (DecodeAttnIsaAvailable).
 #pragma once
 
@@ -64,6 +65,15 @@ struct Vec {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
+  // Lanes where lo <= x <= hi keep v; the others take `other`.
+  static __m256 KeepInRange(__m256 v, __m256 lo, __m256 hi, float x, __m256 other) {
+    const __m256 xv = _mm256_set1_ps(x);
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(lo, xv, _CMP_LE_OQ), _mm256_cmp_ps(xv, hi, _CMP_LE_OQ));
+    return _mm256_blendv_ps(other, v, in);
+  }
+  static bool AllEqual(__m256 a, __m256 b) { return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)) == 0xFF; }
+  // p * 2^n for whole n in [-126, 127].
+  static __m256 Scale2(__m256 p, __m256 n) { return _mm256_mul_ps(p, Pow2(n)); }
 };
 
 #include "common/model/attention_exp.inc"
@@ -112,6 +122,14 @@ struct Vec {
     const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
+  static __m512 KeepInRange(__m512 v, __m512 lo, __m512 hi, float x, __m512 other) {
+    const __m512 xv = _mm512_set1_ps(x);
+    const __mmask16 in = _mm512_cmp_ps_mask(lo, xv, _CMP_LE_OQ) & _mm512_cmp_ps_mask(xv, hi, _CMP_LE_OQ);
+    return _mm512_mask_blend_ps(in, other, v);
+  }
+  static bool AllEqual(__m512 a, __m512 b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ) == 0xFFFF; }
+  // p * 2^n for whole n (VSCALEFPS: exact, no integer detour).
+  static __m512 Scale2(__m512 p, __m512 n) { return _mm512_scalef_ps(p, n); }
 };
 
 #include "common/model/attention_exp.inc"

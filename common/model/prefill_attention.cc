@@ -27,8 +27,10 @@ bool PrefillAttnSupported(const DecodeAttnShape& s) {
 }
 
 int64_t PrefillAttnScratchFloats(const DecodeAttnShape& s) {
-  const int64_t n = kPrefillQueryRows * (s.n_heads / s.n_kv_heads);
-  return n * (kPrefillKeyTile + s.head_dim + 2);
+  // The kernel's Scratch: qt and o (d each), st (a tile), m, l, lo, hi and
+  // alpha per vector, for the block's vectors rounded up to 16 lanes.
+  const int64_t np = (kPrefillQueryRows * (s.n_heads / s.n_kv_heads) + 15) / 16 * 16;
+  return np * (2 * s.head_dim + kPrefillKeyTile + 5);
 }
 
 void PrefillAttentionBlock(const PrefillAttnQueries& q, const PrefillAttnKeys& keys, const DecodeAttnShape& shape,

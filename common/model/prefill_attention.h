@@ -1,6 +1,8 @@
 // Attention of a prompt chunk against its keys, fused (flash attention on
 // the CPU): scores, an online softmax with the sink, and the weighted values
-// of one tile of keys at a time, never a T x S scores matrix in memory.
+// of one tile of keys at a time, never a T x S scores matrix in memory. A
+// block's query vectors are the lanes (scores kept [key][vector]), so the
+// softmax needs no horizontal reduction per tile; scores are in base 2.
 //   - PrefillAttnKeyLayout: where a segment's keys go in the kernel's
 //     buffers (tiles aligned to absolute positions);
 //   - PrefillAttentionBlock: kPrefillQueryRows query rows x the heads of one
@@ -14,7 +16,8 @@
 // see are skipped, masked entries weigh exactly 0, and each row's sums run
 // in one order. So a row gives the same bits whatever block, batch or chunk
 // it is computed in: a prompt prefilled in chunks equals it prefilled whole.
-// The two ISA builds (AVX2 + FMA, AVX-512F) differ in the last bits.
+// The two ISA builds (AVX2 + FMA, AVX-512F) do the same operations in the
+// same order lane by lane: they give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +28,9 @@ namespace pdserve {
 
 // Keys per tile; tiles start at absolute positions that are multiples of it.
 inline constexpr int64_t kPrefillKeyTile = 64;
-// Query rows per block (times the GQA group's heads: the vectors of a block).
-inline constexpr int64_t kPrefillQueryRows = 16;
+// Query rows per block (times the GQA group's heads: the vectors of a block,
+// 64 for 2 query heads per KV head: each key tile read from memory serves 64).
+inline constexpr int64_t kPrefillQueryRows = 64;
 // The most query heads per KV head the kernel takes.
 inline constexpr int64_t kPrefillMaxGroup = 16;
 

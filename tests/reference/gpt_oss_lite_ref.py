@@ -7,11 +7,15 @@ whole sequence for every generated token. numpy only; run with /usr/bin/python3.
   init     --config CONFIG.json --seed S --dtype {F32,BF16,F16} --out DIR
   generate --model DIR --prompt-ids 1,2,3 --max-new-tokens N
            [--temperature T] [--top-p P] [--top-k K] [--seed S] [--dump-logits FILE]
-           [--float64]
+           [--float64] [--margins]
 
 --float64 computes every step in float64 instead of the spec's fp32: a judge
 for a sampled token where fp32 rounding (numpy's BLAS kernels differ by CPU)
-flips a near-tie of the sampler.
+flips a near-tie of the sampler. --margins prints, per step, how far the draw
+was from another token (u's and top_p's distance to the nearest cumulative
+boundary and the drawn token's probability gap to its neighbours in the order,
+or the top two logits' gap when greedy): where it is within fp32 rounding,
+either side is right.
 """
 import argparse
 import json
@@ -288,8 +292,15 @@ def uniform(seed, n):
     return (splitmix64((seed & MASK64) ^ splitmix64(n)) >> 11) * 2.0 ** -53
 
 
-def sample(logits, temperature, top_p, top_k, seed, n):
+def sample(logits, temperature, top_p, top_k, seed, n, margin=None):
+    """The token; `margin` (a list) gets how far this draw was from choosing
+    another: the distance of u, and of top_p, to the nearest cumulative
+    boundary, and the drawn token's probability gap to its neighbours in the
+    order (sampled), or the top two logits' gap (greedy)."""
     if temperature <= 0:
+        if margin is not None:
+            top2 = np.sort(logits.astype(np.float64))[-2:]
+            margin.append(float(top2[1] - top2[0]))
         return int(np.argmax(logits))                   # first max = lower id
     z = logits.astype(np.float64) / temperature
     p = np.exp(z - z.max())
@@ -306,6 +317,16 @@ def sample(logits, temperature, top_p, top_k, seed, n):
     u = uniform(seed, n)
     cum = np.cumsum(q)
     hit = np.nonzero(cum > u)[0]
+    if margin is not None:
+        # u's distance to a boundary, top_p's, and the drawn token's
+        # probability gap to its neighbours in the order (a near-equal pair
+        # swaps places, and so which of them u lands on)
+        gaps = [abs(c - u) for c in cum]
+        if 0 < top_p < 1:
+            gaps += [abs(c - top_p) for c in np.cumsum(p[order] / p[order].sum())]
+        h = int(hit[0]) if len(hit) else len(q) - 1
+        gaps += [abs(q[h] - q[i]) for i in (h - 1, h + 1) if 0 <= i < len(q)]
+        margin.append(float(min(gaps)))
     return int(order[hit[0]] if len(hit) else order[-1])
 
 
@@ -315,17 +336,18 @@ def cmd_generate(args):
     ids = [int(t) for t in args.prompt_ids.split(",") if t.strip() != ""]
     eos = cfg.get("eos_token_id")
     out = []
+    margins = [] if args.margins else None
     for n in range(args.max_new_tokens):
         last = forward(cfg, W, ids)[-1]
         if n == 0 and args.dump_logits:
             with open(args.dump_logits, "w") as f:
                 json.dump([float(v) for v in last], f)
-        tok = sample(last, args.temperature, args.top_p, args.top_k, args.seed, n)
+        tok = sample(last, args.temperature, args.top_p, args.top_k, args.seed, n, margins)
         out.append(tok)
         ids.append(tok)
         if eos is not None and tok == eos:
             break
-    print(json.dumps({"token_ids": out}))
+    print(json.dumps({"token_ids": out, "margins": margins} if args.margins else {"token_ids": out}))
 
 
 def main():
@@ -346,6 +368,8 @@ def main():
     pg.add_argument("--seed", type=int, default=0)
     pg.add_argument("--dump-logits", default=None)
     pg.add_argument("--float64", action="store_true")
+    pg.add_argument("--margins", action="store_true",
+                    help="also print each step's margin: how far the draw was from another token")
     args = ap.parse_args()
     if getattr(args, "float64", False):
         global F32
