@@ -171,6 +171,15 @@ int64_t BatchScheduler::ReservationBytes(int64_t prompt_len, int64_t max_new_tok
   return MixedKVCache::BytesFor(CacheLayout(engine_->config()), engine_->options().kv.dtype, prompt_len + max_new_tokens);
 }
 
+absl::Status BatchScheduler::NeverFits(const AdmitRequest& request, int64_t needed_bytes) const {
+  const int64_t mib = int64_t{1} << 20;
+  return absl::OutOfRangeError(absl::StrCat(
+      "request ", request.request_id, " needs ", needed_bytes, " bytes of KV (", request.prompt_len, " prompt + ",
+      request.max_new_tokens, " new tokens), more than this worker's whole KV budget of ", options_.kv_budget_bytes,
+      " bytes (--kv-budget-mb ", options_.kv_budget_bytes / mib, "): it needs --kv-budget-mb ",
+      (needed_bytes + mib - 1) / mib, " or more, or a shorter prompt"));
+}
+
 absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink) {
   const ModelConfig& c = engine_->config();
   if (request.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
@@ -213,11 +222,7 @@ absl::StatusOr<RequestHandle> BatchScheduler::Admit(const AdmitRequest& request,
   if (entries_.contains(request.request_id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", request.request_id, " is already live here"));
   }
-  if (e->reserved_bytes > options_.kv_budget_bytes) {
-    return absl::OutOfRangeError(absl::StrCat("request ", request.request_id, " needs ", e->reserved_bytes,
-                                              " bytes of KV, more than this worker's whole KV budget of ",
-                                              options_.kv_budget_bytes, " (--kv-budget-mb)"));
-  }
+  if (e->reserved_bytes > options_.kv_budget_bytes) return NeverFits(request, e->reserved_bytes);
   if (reserved_bytes_ + e->reserved_bytes > options_.kv_budget_bytes) {
     m_.admission_rejections->Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -322,13 +327,14 @@ void BatchScheduler::CompleteHandoff(const std::shared_ptr<Entry>& e, KvHandoffS
   }
   auto seq = engine_->NewSequence();
   const int64_t reserve = e->request.prompt_len + e->request.max_new_tokens;
-  auto cache = MixedKVCache::Import(CacheLayout(engine_->config()), state, engine_->options().kv, reserve);
+  const int64_t prompt_len = state.prompt_len;
+  auto cache = MixedKVCache::Import(CacheLayout(engine_->config()), std::move(state), engine_->options().kv, reserve);
   if (!cache.ok()) {
     FailRequest(e, cache.status());
     return;
   }
   seq->cache = std::move(*cache);
-  seq->pos = state.prompt_len;
+  seq->pos = prompt_len;
   StartRunning(e, std::move(seq), first_token);
 }
 

@@ -121,8 +121,9 @@ class BatchScheduler final : public KvReceiver {
   // for impossible sizes or a local prompt of the wrong length or with ids
   // outside the vocabulary, AlreadyExists for a live request id,
   // ResourceExhausted when the budget cannot hold it now, OutOfRange when
-  // it could not even empty, Unavailable when
-  // shutting down. A local prompt longer than local_prefill_max_tokens is
+  // it could not even empty (NeverFits: the bytes, the budget, the flag;
+  // the router then tries a worker with a larger budget, or refuses the
+  // request before any prefill), Unavailable when shutting down. A local prompt longer than local_prefill_max_tokens is
   // InvalidArgument.
   absl::StatusOr<RequestHandle> Admit(const AdmitRequest& request, std::shared_ptr<TokenSink> sink);
 
@@ -147,6 +148,10 @@ class BatchScheduler final : public KvReceiver {
  private:
   class ReceiveSession;
   struct Entry;
+
+  // OutOfRange for a request of `needed_bytes` that even an empty budget
+  // cannot hold: the numbers, --kv-budget-mb and what would fit it.
+  absl::Status NeverFits(const AdmitRequest& request, int64_t needed_bytes) const;
 
   // The session's hooks into the table (under mu_).
   absl::Status AttachReceiver(const std::string& request_id, int64_t prompt_len, int64_t total_bytes,

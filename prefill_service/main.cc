@@ -49,7 +49,10 @@ int main(int argc, char** argv) {
   auto security_flags = pdserve::InternalSecurityFromFlags();  // TLS needs --tls-ca: mTLS only
   if (!security_flags.ok()) pdserve::Die(security_flags.status(), 2);
   const pdserve::SecurityOptions security = *std::move(security_flags);
-  auto loaded = pdserve::LoadEngineFromFlags();
+  // Each executor holds one prompt's KV (up to max_context) until its decode
+  // worker acknowledges the hand-off, and the chunks queued for the wire
+  // (KvSenderOptions::max_queued_bytes): counted in the memory estimate.
+  auto loaded = pdserve::LoadEngineFromFlags(0, options->executors, pdserve::KvSenderOptions{}.max_queued_bytes);
   if (!loaded.ok()) pdserve::Die(loaded.status());
   metrics.SetConstantLabels(pdserve::ModelLabels(loaded->engine->config().name));
 

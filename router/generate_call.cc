@@ -89,14 +89,21 @@ void RouterService::GenerateCall::OnTurn(absl::Status turn) {
     End(absl::IsCancelled(turn) ? GoneStatus() : ToGrpcStatus(turn));
     return;
   }
-  // A fresh round of placements: any worker may be tried again.
-  tried_decode_.clear();
+  // A fresh round of placements: any worker may be tried again, but one
+  // whose whole KV budget is too small for this request.
+  tried_decode_ = too_small_decode_;
   tried_prefill_.clear();
   attempts_ = 0;
   damaged_retry_taken_ = false;
-  best_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no attempt made");
-  best_rank_ = -1;
+  best_ = never_fits_.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "no attempt made") : never_fits_;
+  best_rank_ = never_fits_.ok() ? -1 : Informativeness(never_fits_, /*synthetic=*/false);
   NextAttempt();
+}
+
+void RouterService::GenerateCall::NeverFitsOn(const std::string& decode, grpc::Status report) {
+  tried_decode_.push_back(decode);
+  too_small_decode_.push_back(decode);
+  never_fits_ = std::move(report);
 }
 
 // ---- Placement ----
@@ -153,14 +160,22 @@ void RouterService::GenerateCall::EndPlacement(grpc::Status status, bool full) {
 void RouterService::GenerateCall::End(const grpc::Status& ended) {
   // A deadline that passed before any token, after a round that found every
   // worker full, names the capacity it waited for, whether it passed in the
-  // queue or during a later placement attempt.
+  // queue or during a later placement attempt. A request no decode
+  // worker's whole budget holds is RESOURCE_EXHAUSTED with its reason.
+  const bool never_fits = NeverFitsOnThisDecode(ended.error_code()) && !never_fits_.ok();
   const grpc::Status status =
-      ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && streamed_ == 0 && !last_full_.ok()
+      never_fits ? NeverFitsStatus(ended)
+      : ended.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && streamed_ == 0 && !last_full_.ok()
           ? grpc::Status(ended.error_code(), absl::StrCat(ended.error_message(), "; every worker was full, last: ",
                                                           last_full_.error_message()))
           : ended;
   service_->queue_.Leave(ticket_);
-  Close(status);  // a relayed finish already closed with OK; only the first counts
+  // A relayed finish already closed with OK; only the first Close counts.
+  if (never_fits) {
+    Close(status, kReasonTrailerKey, kReasonKvBudgetExceeded);
+  } else {
+    Close(status);
+  }
   if (service_->options_.log_requests) LogRequest(status);
   Record(status);
   service_->EndInflight();  // last: the service may go away after it

@@ -77,6 +77,11 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   pdserve::v1::Usage* usage() { return &usage_; }
   std::vector<std::string>* tried_decode() { return &tried_decode_; }
   std::vector<std::string>* tried_prefill() { return &tried_prefill_; }
+  // `decode`'s whole KV budget is too small for this request (`report`,
+  // retry_policy.h's NeverFitsOnThisDecode): it is not tried again in this
+  // or any later round; the request's final status, if no worker takes it,
+  // is NeverFitsStatus(report).
+  void NeverFitsOn(const std::string& decode, grpc::Status report);
   // True the first time in a round of placements (then false): whether a
   // damaged hand-off may be retried without excluding a worker.
   bool TakeDamagedHandoffRetry() { return !std::exchange(damaged_retry_taken_, true); }
@@ -108,7 +113,9 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   void EndPlacement(grpc::Status status, bool full);
   // Leaves the queue, closes the stream, logs and counts the request. A
   // DEADLINE_EXCEEDED before any token, after a round that found every
-  // worker full, says so (the last worker's "full" message).
+  // worker full, says so (the last worker's "full" message); an
+  // OUT_OF_RANGE from decode workers too small for the request becomes
+  // NeverFitsStatus, with its reason trailer.
   void End(const grpc::Status& ended);
   void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
   // Observes the gaps before `tokens` tokens streamed at `now_ns` in the
@@ -141,6 +148,9 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   pdserve::v1::Usage usage_;
   grpc::Status last_full_;  // why the last placement found no room
   std::vector<std::string> tried_decode_, tried_prefill_;
+  // Decode workers whose whole budget is too small, and the last refusal.
+  std::vector<std::string> too_small_decode_;
+  grpc::Status never_fits_;
   int attempts_ = 0;        // in this round of placements
   bool damaged_retry_taken_ = false;  // in this round of placements
   int total_attempts_ = 0;  // in all rounds

@@ -269,7 +269,10 @@ void OpenAiHttpServer::Impl::SendCallError(const grpc::Status& st, OpenAiEndpoin
               log::TextPrefix::Named(options_.program));
     return;  // nobody to answer; the connection is closed after this
   }
-  SendError(w, ErrorFromGrpc(st, endpoint, ParamFromTrailers(call.context), call.client_gone), IdHeader(id));
+  SendError(w,
+            ErrorFromGrpc(st, endpoint, ParamFromTrailers(call.context), call.client_gone,
+                          ReasonFromTrailers(call.context)),
+            IdHeader(id));
 }
 
 void OpenAiHttpServer::Impl::SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call,
@@ -310,7 +313,8 @@ void OpenAiHttpServer::Impl::SendStream(const OpenAiRequest& request, Completion
   const grpc::Status st = call->Finish();
   bool ok = true;
   if (!st.ok()) {
-    ok = send(ErrorBody(ErrorFromGrpc(st, endpoint, ParamFromTrailers(call->context), call->client_gone)));
+    ok = send(ErrorBody(ErrorFromGrpc(st, endpoint, ParamFromTrailers(call->context), call->client_gone,
+                                      ReasonFromTrailers(call->context))));
   } else if (request.include_usage) {
     ok = send(UsageChunkBody(endpoint, piece, usage));
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "common/net/sampling_validation.h"
+#include "router/retry_policy.h"
 
 namespace pdserve {
 namespace {
@@ -76,15 +77,27 @@ std::string OpenAiParam(absl::string_view router_field, OpenAiEndpoint endpoint)
   return std::string(router_field);
 }
 
-std::string ParamFromTrailers(const grpc::ClientContext& context) {
+namespace {
+
+std::string Trailer(const grpc::ClientContext& context, const char* key) {
   const auto& md = context.GetServerTrailingMetadata();
-  const auto it = md.find(kFieldTrailerKey);
+  const auto it = md.find(key);
   return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
 }
 
+}  // namespace
+
+std::string ParamFromTrailers(const grpc::ClientContext& context) { return Trailer(context, kFieldTrailerKey); }
+
+std::string ReasonFromTrailers(const grpc::ClientContext& context) { return Trailer(context, kReasonTrailerKey); }
+
 OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint, absl::string_view param_from_trailers,
-                          bool client_gone) {
-  const GrpcHttpMapping& row = GrpcToHttp(status.error_code());
+                          bool client_gone, absl::string_view reason_from_trailers) {
+  // A request no decode worker can ever hold is the client's to shorten,
+  // not a rate limit to retry later.
+  const bool never_fits =
+      status.error_code() == C::RESOURCE_EXHAUSTED && reason_from_trailers == kReasonKvBudgetExceeded;
+  const GrpcHttpMapping& row = GrpcToHttp(never_fits ? C::OUT_OF_RANGE : status.error_code());
   OpenAiError e;
   e.http_status = row.http_status;
   e.type = row.type;

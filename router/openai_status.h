@@ -9,6 +9,11 @@
 // ParamFromTrailers after the call finished and passes it to
 // ErrorFromGrpc, which translates it to the OpenAI field (max_tokens,
 // prompt / messages, top_p, ...). Nothing is guessed from the message.
+// Likewise the trailer `pdserve-reason` (kReasonTrailerKey, retry_policy.h;
+// ReasonFromTrailers) refines a code: RESOURCE_EXHAUSTED with
+// kv_budget_exceeded (no decode worker's whole KV budget can ever hold the
+// request) is 400 context_length_exceeded, not a 429 rate limit: retrying
+// cannot help.
 #pragma once
 
 #include <string>
@@ -54,14 +59,18 @@ std::string OpenAiParam(absl::string_view router_field, OpenAiEndpoint endpoint)
 
 // The trailing metadata `pdserve-param` of a finished call, or "".
 std::string ParamFromTrailers(const grpc::ClientContext& context);
+// The trailing metadata `pdserve-reason` of a finished call, or "".
+std::string ReasonFromTrailers(const grpc::ClientContext& context);
 
 // A failed router call: the status's row of GrpcToHttp, the message with
 // gRPC field names translated (max_new_tokens -> max_tokens), `param` from
 // the router's field (OpenAiParam of param_from_trailers). With
 // `client_gone` (the HTTP client disconnected, so the HTTP layer cancelled
 // the call) a CANCELLED status is 499 `client_closed_request`, only to log.
+// `reason_from_trailers` (ReasonFromTrailers) kv_budget_exceeded makes a
+// RESOURCE_EXHAUSTED the OUT_OF_RANGE row: 400 context_length_exceeded.
 OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint, absl::string_view param_from_trailers,
-                          bool client_gone = false);
+                          bool client_gone = false, absl::string_view reason_from_trailers = "");
 // The same without a field (param empty unless none was known anyway).
 OpenAiError ErrorFromGrpc(const grpc::Status& status, OpenAiEndpoint endpoint);
 

@@ -261,7 +261,11 @@ AttemptOutcome RouterService::PlacementAttempt::AdmitFailure() {
     return {report};
   }
   if (code == grpc::StatusCode::UNAVAILABLE) service_->decode_->ReportFailure(d_);
-  call_->tried_decode()->push_back(d_);
+  if (NeverFitsOnThisDecode(code)) {
+    call_->NeverFitsOn(d_, report);  // out for every later round too
+  } else {
+    call_->tried_decode()->push_back(d_);
+  }
   return {report, /*retry=*/true};
 }
 

@@ -51,6 +51,28 @@ inline int Informativeness(const grpc::Status& st, bool synthetic) {
   return 2;
 }
 
+// A decode worker's OUT_OF_RANGE at admission: the request needs more KV
+// than that worker's whole budget (--kv-budget-mb), so it can never fit
+// there, unlike a full worker (RESOURCE_EXHAUSTED), which may have room
+// later. The router keeps such a worker out for the rest of the request
+// (every round of placements), and another worker with a larger budget may
+// take it; nothing was prefilled. When none does, the client gets
+// NeverFitsStatus: RESOURCE_EXHAUSTED, with the trailing metadata
+// kReasonTrailerKey = kReasonKvBudgetExceeded, which tells the OpenAI front
+// that it is no rate limit (HTTP 400, openai_status.h).
+inline bool NeverFitsOnThisDecode(grpc::StatusCode code) { return code == grpc::StatusCode::OUT_OF_RANGE; }
+inline constexpr char kReasonTrailerKey[] = "pdserve-reason";
+inline constexpr char kReasonKvBudgetExceeded[] = "kv_budget_exceeded";
+
+// The client's status for a request no decode worker's budget can hold;
+// `report` is the last such worker's (annotated) refusal, with the numbers.
+inline grpc::Status NeverFitsStatus(const grpc::Status& report) {
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("the request's KV does not fit any decode worker's whole KV budget "
+                                   "(--kv-budget-mb); refused before any prefill: ",
+                                   report.error_message()));
+}
+
 // "decode worker 10.0.0.7:50052: <message>".
 inline grpc::Status Annotate(const grpc::Status& st, const char* what, const std::string& address) {
   return grpc::Status(st.error_code(), absl::StrCat(what, " ", address, ": ", st.error_message()));

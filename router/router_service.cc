@@ -1,5 +1,7 @@
 #include "router/router_service.h"
 
+#include <cstdint>
+
 #include "common/net/grpc_security.h"
 #include "common/net/grpc_status.h"
 #include "common/net/sampling_validation.h"
@@ -119,7 +121,11 @@ grpc::ServerUnaryReactor* RouterService::Tokenize(grpc::CallbackServerContext* c
   auto* reactor = context->DefaultReactor();
   const absl::Status authorized = CheckApiKey(*context, options_.api_key);
   absl::StatusOr<std::vector<uint32_t>> ids = authorized.ok() ? tokenizer_->Encode(request->text()) : authorized;
-  if (ids.ok()) response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  if (ids.ok()) {
+    response->mutable_token_ids()->Assign(ids->begin(), ids->end());
+    // At most kMaxContext (2^24, config.h): fits the uint32 field.
+    response->set_max_context(static_cast<uint32_t>(config_.max_context));
+  }
   reactor->Finish(ToGrpcStatus(ids.status()));
   EndInflight();
   return reactor;

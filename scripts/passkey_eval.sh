@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # The passkey acceptance run of docs/passkey.md: separate pdserve-decode,
 # pdserve-prefill and pdserve-router processes on loopback serve MODEL;
-# pdserve-passkey runs TRIALS greedy trials per length at the start, middle
-# and end positions; then pdserve-generate (one process) answers the very
-# same prompts, and scripts/passkey_report.py compares them trial for trial
-# and writes the table, the CSV and the plot into OUT.
+# pdserve-passkey --protocol seed runs 3 x TRIALS greedy trials per length,
+# trial i at the start, middle or end by i % 3 (TRIALS at each position);
+# then pdserve-generate (one process) answers the very same prompts, and
+# scripts/passkey_report.py compares them trial for trial and writes the
+# table, the CSV and the plot into OUT.
 # Usage: scripts/passkey_eval.sh [MODEL] [OUT] [LENGTHS] [TRIALS]
 #   defaults: models/passkey-4l build/passkey-eval 512,2048,4096,8192 100
-# COMPARE_PER_CELL=N compares only the first N trials of each position and
-# length with pdserve-generate (default: all). Run time on 2 cores: ~45
-# minutes for the served trials at the defaults, and about as long again to
-# compare every one of them in one process (docs/passkey.md).
+# Each finished trial is appended to OUT/passkey_trials.jsonl; RESUME=1
+# continues a run that was stopped (same MODEL, LENGTHS and seed; TRIALS may
+# grow) instead of starting it over. COMPARE_PER_CELL=N compares only the
+# first N trials of each position and length with pdserve-generate (default:
+# all). Run time on 2 cores: ~45 minutes for the served trials at the
+# defaults, and about as long again to compare every one of them in one
+# process (docs/passkey.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/passkey-4l}
@@ -36,13 +40,22 @@ bench_spawn "$B/router/pdserve-router" --model "$MODEL" --listen 127.0.0.1:0 \
 ROUTER=127.0.0.1:$(bench_port "$OUT/router.log")
 
 echo "passkey_eval: $MODEL on router $ROUTER (separate decode, prefill and router processes)"
-for pos in start middle end; do
-  "$B/clients/pdserve-passkey" --router "$ROUTER" --context-lengths "$LENGTHS" --n-trials "$TRIALS" \
-    --position "$pos" --seed 0 --concurrency 2 --target 0.85 --json-out "$OUT/passkey_$pos.json" |
-    tee "$OUT/passkey_$pos.txt"
-done
+JSONL="$OUT/passkey_trials.jsonl"
+RESUME_FLAG=()
+if [ "${RESUME:-0}" = 1 ]; then
+  RESUME_FLAG=(--resume)
+else
+  rm -f "$JSONL"
+fi
+# One trial at a time: the prefill worker runs one prompt at a time anyway, and a
+# second request admitted at the decode worker while the first 131,072-token
+# prompt prefills (41 s, more on a busy machine) would wait in the prefill
+# queue with no hand-off progress, past the decode worker's --handoff-timeout-s
+# (a known defect: docs/reliability.md).
+"$B/clients/pdserve-passkey" --router "$ROUTER" --protocol seed --context-lengths "$LENGTHS" \
+  --n-trials $((3 * TRIALS)) --seed 0 --concurrency 1 --target 0.85 --trials-jsonl "$JSONL" "${RESUME_FLAG[@]}" \
+  --json-out "$OUT/passkey_seed.json" | tee "$OUT/passkey_seed.txt"
 bench_stop
 
 /usr/bin/python3 scripts/passkey_report.py --model "$MODEL" --generate "$B/clients/pdserve-generate" --out "$OUT" \
-  --compare-per-cell "${COMPARE_PER_CELL:-0}" \
-  "$OUT/passkey_start.json" "$OUT/passkey_middle.json" "$OUT/passkey_end.json"
+  --compare-per-cell "${COMPARE_PER_CELL:-0}" "$OUT/passkey_seed.json"

@@ -3,8 +3,9 @@
 
 Runs the very same prompts through pdserve-generate (one process, one loaded
 model, --prompts-jsonl) and compares its tokens with the served ones trial for
-trial, then writes OUT/passkey_table.md, OUT/passkey.csv and OUT/passkey.png
-(accuracy against length, one line per position, Wilson 95% intervals).
+trial, then writes OUT/passkey_table.md, OUT/passkey.csv, OUT/trials.csv (every
+trial without its prompt) and OUT/passkey.png (accuracy against length, one line
+per position, Wilson 95% intervals).
 Exit 1 when a trial's served tokens differ from pdserve-generate's."""
 import argparse
 import csv
@@ -34,18 +35,30 @@ def main():
     ap.add_argument("--compare-per-cell", type=int, default=0,
                     help="compare only the first N trials of each (position, length) with pdserve-generate; "
                          "0: all of them")
-    ap.add_argument("runs", nargs="+", help="pdserve-passkey --json-out files")
+    ap.add_argument("runs", nargs="+",
+                    help="pdserve-passkey --json-out files (one --protocol seed run, or one run per position); "
+                         "each trial's position is read from the trial")
     a = ap.parse_args()
 
     trials = []
     for path in a.runs:
         j = json.load(open(path))
         trials += j["trials"]
+    # Each trial's rank in its cell (position, length) by trial index: with
+    # --protocol seed a length's trials take turns at the three positions
+    # (trial i at i % 3), so "the first N of a cell" is not trial < N.
+    rank = {}
+    cells = {}
+    for i, t in enumerate(trials):
+        cells.setdefault((t["position"], t["context_length"]), []).append(i)
+    for members in cells.values():
+        for r, i in enumerate(sorted(members, key=lambda i: trials[i]["trial"])):
+            rank[i] = r
     jsonl = os.path.join(a.out, "prompts.jsonl")
     compared = set()
     with open(jsonl, "w") as f:
         for i, t in enumerate(trials):
-            if a.compare_per_cell and t["trial"] >= a.compare_per_cell:
+            if a.compare_per_cell and rank[i] >= a.compare_per_cell:
                 continue
             compared.add(i)
             f.write(json.dumps({"id": i, "token_ids": list(t["prompt"].encode())}) + "\n")
@@ -79,6 +92,18 @@ def main():
             r["same"] += 1
         else:
             mismatches.append((key, t["trial"], served, single.get(i)))
+
+    # Every trial, without its prompt (which a --json-out file holds): small enough to keep beside the table.
+    with open(os.path.join(a.out, "trials.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["context_length", "trial", "position", "passkey", "extracted", "correct", "prompt_tokens",
+                    "ttft_ms", "error", "same_as_pdserve_generate"])
+        for i, t in enumerate(trials):
+            same = "" if i not in compared else int(single.get(i, [])[: len(t["answer_token_ids"])] ==
+                                                    t["answer_token_ids"] and t["error"] is None)
+            w.writerow([t["context_length"], t["trial"], t["position"], t["passkey"], t["extracted"] or "",
+                        int(bool(t["correct"])), t["prompt_tokens"] or "",
+                        round(t["ttft_ms"], 1) if t["ttft_ms"] is not None else "", t["error"] or "", same])
 
     positions = [p for p in ("start", "middle", "end") if any(k[0] == p for k in rows)]
     lengths = sorted({k[1] for k in rows})

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/handoff/kv_transfer.h"
 #include "common/model/weights.h"
 #include "tests/scheduler_test_util.h"
@@ -83,8 +85,15 @@ TEST_F(BatchSchedulerTest, AdmissionChargesTheBudgetAndRefusesWhatDoesNotFit) {
   ASSERT_TRUE(s->Admit(Request("b", 10, 10), std::make_shared<RecordingSink>()).ok());
   EXPECT_EQ(s->Admit(Request("c", 10, 10), std::make_shared<RecordingSink>()).status().code(),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(s->Admit(Request("huge", 2000, 2000), std::make_shared<RecordingSink>()).status().code(),
-            absl::StatusCode::kOutOfRange);
+  // Larger than the whole budget: OutOfRange (never fits here, unlike a
+  // full budget), naming the bytes, the budget and the flag.
+  const absl::Status huge = s->Admit(Request("huge", 2000, 2000), std::make_shared<RecordingSink>()).status();
+  EXPECT_EQ(huge.code(), absl::StatusCode::kOutOfRange) << huge;
+  for (const std::string& part : {absl::StrCat(" needs ", probe->ReservationBytes(2000, 2000), " bytes of KV"),
+                                  absl::StrCat("whole KV budget of ", 2 * one + one / 2, " bytes"),
+                                  std::string("(2000 prompt + 2000 new tokens)"), std::string("--kv-budget-mb")}) {
+    EXPECT_NE(huge.message().find(part), std::string::npos) << part << " in " << huge.message();
+  }
   AdmitRequest bad_local = Request("local", 4, 2);
   bad_local.local_prompt = {1, 2, 3};  // 3 ids for prompt_len 4
   EXPECT_EQ(s->Admit(bad_local, std::make_shared<RecordingSink>()).status().code(),

@@ -292,6 +292,26 @@ TEST_F(OpenAiProtocolTest, EveryGrpcCodeMapsToHttp) {
   EXPECT_EQ(GrpcToHttp(static_cast<grpc::StatusCode>(99)).http_status, 500);
 }
 
+// RESOURCE_EXHAUSTED is a 429 rate limit, but not when the router's reason
+// trailer says no decode worker's whole KV budget can ever hold the
+// request: that is the client's to shorten (400 context_length_exceeded).
+TEST_F(OpenAiProtocolTest, RequestNoKvBudgetHoldsIsNotARateLimit) {
+  const grpc::Status st(grpc::StatusCode::RESOURCE_EXHAUSTED, "needs 67,174,400 bytes (--kv-budget-mb 32)");
+  for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChat}) {
+    const OpenAiError e = ErrorFromGrpc(st, endpoint, "", false, "kv_budget_exceeded");
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.type, "invalid_request_error");
+    EXPECT_EQ(e.code, "context_length_exceeded");
+    EXPECT_EQ(e.message, st.error_message());
+    EXPECT_EQ(ErrorFromGrpc(st, endpoint, "", false, "").http_status, 429);
+    EXPECT_EQ(ErrorFromGrpc(st, endpoint, "", false, "something_else").http_status, 429);
+    // The reason refines RESOURCE_EXHAUSTED only.
+    EXPECT_EQ(ErrorFromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE, "x"), endpoint, "", false,
+                            "kv_budget_exceeded").http_status,
+              503);
+  }
+}
+
 // The router's field arrives as data (the pdserve-param trailer) and is
 // translated; nothing is guessed from the message.
 TEST_F(OpenAiProtocolTest, RouterFieldBecomesParam) {

@@ -3,12 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/passkey/passkey_protocol.h"
+#include "common/passkey/passkey_trials.h"
 
 namespace pdserve {
 namespace {
@@ -263,6 +271,297 @@ TEST(VerdictTest, FailuresAreReported) {
   Verdict some = JudgePasskey({1024, 4, 3, 1, 3}, 0.5, "start");
   EXPECT_TRUE(some.pass);
   EXPECT_TRUE(absl::StrContains(some.line, "1 RPC failures counted as wrong")) << some.line;
+}
+
+// ---- The run (passkey_protocol.h, passkey_trials.h).
+
+PasskeyRunSpec SeedSpec() {
+  PasskeyRunSpec spec;
+  spec.protocol = PasskeyProtocol::kSeed;
+  spec.seed = 3;
+  spec.lengths = {512, 1024};
+  spec.max_new_tokens = 16;
+  return spec;
+}
+
+TEST(PasskeyProtocolTest, SeedSpreadsTheTrialsOfALengthByIndexModThree) {
+  absl::StatusOr<std::vector<PasskeyTrial>> trials = PlanLengthTrials(SeedSpec(), 4096, 100, 300);
+  ASSERT_TRUE(trials.ok()) << trials.status();
+  std::map<std::string, int> count;
+  const char* names[] = {"start", "middle", "end"};
+  const double depths[] = {0.0, 0.5, 1.0};
+  for (const PasskeyTrial& t : *trials) {
+    ++count[t.position.name];
+    EXPECT_EQ(t.position.name, names[t.index % 3]) << t.index;
+    EXPECT_EQ(t.position.depth, depths[t.index % 3]) << t.index;
+  }
+  EXPECT_EQ(count, (std::map<std::string, int>{{"start", 34}, {"middle", 33}, {"end", 33}}));
+  // 100 distinct passkeys, DrawPasskeys' own.
+  std::set<std::string> keys;
+  for (const PasskeyTrial& t : *trials) keys.insert(t.passkey);
+  EXPECT_EQ(keys.size(), 100u);
+  EXPECT_EQ(trials->front().passkey, FormatPasskey(DrawPasskeys(1, 3, 4096)->front()));
+
+  PasskeyRunSpec custom = SeedSpec();
+  custom.protocol = PasskeyProtocol::kCustom;
+  custom.position = *ParsePasskeyPosition("0.25");
+  const std::vector<PasskeyTrial> custom_trials = *PlanLengthTrials(custom, 4096, 7, 300);
+  for (const PasskeyTrial& t : custom_trials) EXPECT_EQ(t.position.name, "0.25");
+  EXPECT_EQ(PasskeyRunPositions(SeedSpec()).size(), 3u);
+  EXPECT_EQ(PasskeyRunPositions(custom).size(), 1u);
+}
+
+TEST(PasskeyProtocolTest, ParsesProtocolsAndLengths) {
+  EXPECT_EQ(*ParsePasskeyProtocol("seed"), PasskeyProtocol::kSeed);
+  EXPECT_EQ(*ParsePasskeyProtocol("custom"), PasskeyProtocol::kCustom);
+  EXPECT_FALSE(ParsePasskeyProtocol("ruler").ok());
+  EXPECT_EQ(*ParsePasskeyLengths("512, 1024,512"), (std::vector<int64_t>{512, 1024}));
+  EXPECT_FALSE(ParsePasskeyLengths("512,x").ok());
+  EXPECT_FALSE(ParsePasskeyLengths("0").ok());
+  EXPECT_FALSE(ParsePasskeyLengths("").ok());
+}
+
+// Every trial of a length has the same filler, word for word: at one
+// position the prompts differ only in the passkey's 10 digits, and across
+// positions only in where the passkey sentence sits.
+TEST(PasskeyProtocolTest, ALengthsTrialsShareOneFiller) {
+  const int64_t length = 2048;
+  absl::StatusOr<PasskeyPrompt> sized =
+      SizeLengthFiller(length, PasskeyRunPositions(SeedSpec()), "00000", CountBytes);
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  absl::StatusOr<std::vector<PasskeyTrial>> trials = PlanLengthTrials(SeedSpec(), length, 30, sized->filler_words);
+  ASSERT_TRUE(trials.ok());
+  std::map<std::string, std::string> masked_by_position;
+  std::set<std::string> fillers;
+  for (const PasskeyTrial& t : *trials) {
+    ASSERT_EQ(t.prompt.filler_words, sized->filler_words);
+    EXPECT_LE(t.prompt.text.size(), static_cast<size_t>(length)) << "fits at every position";
+    const std::string masked = absl::StrReplaceAll(t.prompt.text, {{t.passkey, "#####"}});
+    EXPECT_EQ(t.prompt.text.size() - masked.size(), 0u);
+    size_t differing = 0;
+    for (size_t i = 0; i < masked.size(); ++i) differing += masked[i] != t.prompt.text[i];
+    EXPECT_LE(differing, 10u);
+    auto [it, fresh] = masked_by_position.emplace(t.position.name, masked);
+    if (!fresh) {
+      EXPECT_EQ(it->second, masked) << "trial " << t.index << " at " << t.position.name;
+    }
+    // Without the passkey sentence, the same filler words in the same order.
+    std::string without = t.prompt.text;
+    without.erase(t.prompt.passkey_offset, without.find('\n', t.prompt.passkey_offset) - t.prompt.passkey_offset);
+    fillers.insert(absl::StrJoin(absl::StrSplit(without, absl::ByAnyChar(" \n"), absl::SkipEmpty()), " "));
+  }
+  EXPECT_EQ(masked_by_position.size(), 3u);
+  EXPECT_EQ(fillers.size(), 1u);
+}
+
+TEST(PasskeyProtocolTest, SizedFillerFitsEveryPosition) {
+  for (int64_t length : {700, 4096}) {
+    for (const TokenCounter& counter : {TokenCounter(CountBytes), TokenCounter(CountWords)}) {
+      int calls = 0;
+      absl::StatusOr<PasskeyPrompt> p = SizeLengthFiller(length, PasskeyRunPositions(SeedSpec()), "12345", counter,
+                                                         &calls);
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_GT(calls, 3);
+      for (const PasskeyPosition& pos : PasskeyRunPositions(SeedSpec())) {
+        EXPECT_LE(*counter(BuildPasskeyPrompt(length, p->filler_words, pos.depth, "12345").text), length) << pos.name;
+      }
+    }
+  }
+  EXPECT_EQ(SizeLengthFiller(50, PasskeyRunPositions(SeedSpec()), "12345", CountBytes).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PasskeyProtocolTest, LengthsAboveMaxContextAreRefusedWithTheNumbers) {
+  EXPECT_TRUE(CheckLengthsFitContext({4096, 16368}, 16, 16384).ok());
+  EXPECT_TRUE(CheckLengthsFitContext({131072}, 16, 0).ok()) << "0: the router does not say";
+  absl::Status s = CheckLengthsFitContext({4096, 16384, 32768}, 16, 16384);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "context length 16384 plus --max-new-tokens 16 is 16400")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "max_context 16384")) << s;
+}
+
+TEST(PasskeyProtocolTest, CountsByPositionAndTheVerdict) {
+  std::vector<PasskeyTrial> trials = *PlanLengthTrials(SeedSpec(), kSeedVerdictLength, 100, 10);
+  for (PasskeyTrial& t : trials) {
+    t.done = true;
+    t.correct = t.index >= 3;  // trials 0 (start), 1 (middle), 2 (end) wrong
+  }
+  std::vector<PasskeyLengthCells> cells =
+      CountByPosition(trials, {kSeedVerdictLength}, PasskeyRunPositions(SeedSpec()));
+  ASSERT_EQ(cells.size(), 1u);
+  ASSERT_EQ(cells[0].positions.size(), 3u);
+  EXPECT_EQ(cells[0].positions[0].trials, 34);
+  EXPECT_EQ(cells[0].positions[0].correct, 33);
+  EXPECT_EQ(cells[0].all.trials, 100);
+  EXPECT_EQ(cells[0].all.correct, 97);
+  EXPECT_EQ(FormatPasskeyCell(cells[0].all), "97/100 = 97.0% (91.5-99.0%)");
+  SeedVerdict pass = JudgeSeedProtocol(cells, 0.85);
+  EXPECT_EQ(pass.result, SeedVerdictResult::kPass);
+  EXPECT_EQ(pass.line, "VERDICT: 131072 tokens: 97/100 = 97.0% (Wilson 91.5-99.0%): >= 85%: PASS");
+  SeedVerdict fail = JudgeSeedProtocol(cells, 0.98);
+  EXPECT_EQ(fail.result, SeedVerdictResult::kFail);
+  EXPECT_TRUE(absl::EndsWith(fail.line, ": < 98%: FAIL")) << fail.line;
+  SeedVerdict not_run = JudgeSeedProtocol(CountByPosition(trials, {512, 1024}, PasskeyRunPositions(SeedSpec())), 0.85);
+  EXPECT_EQ(not_run.result, SeedVerdictResult::kNotRun);
+  EXPECT_EQ(not_run.line, "VERDICT: 131072 tokens: NOT RUN (not among the context lengths 512,1024)");
+}
+
+TEST(PasskeyProtocolTest, ProgressLineHasDoneTotalResumedAndEta) {
+  const std::string line = PasskeyProgressLine(3, 10, 5, 3000, 40000, 30);
+  EXPECT_TRUE(absl::StartsWith(line, "pdserve-passkey: 3/10 trials (+5 resumed), 0.10 trials/s")) << line;
+  EXPECT_TRUE(absl::EndsWith(line, "elapsed 30s, ETA 6m10s")) << line;  // 30 s * 37000 / 3000
+  EXPECT_TRUE(absl::EndsWith(PasskeyProgressLine(0, 10, 0, 0, 40000, 1), "ETA ?"));
+}
+
+PasskeyTrial AnsweredTrial() {
+  PasskeyTrial t = (*PlanLengthTrials(SeedSpec(), 512, 3, 20))[2];
+  t.done = true;
+  t.prompt_tokens = 500;
+  t.usage_prompt_tokens = 500;
+  t.answer = " " + t.passkey + ". \xc3\xa9";
+  t.answer_ids = {32, 49, 50};
+  t.extracted = t.passkey;
+  t.correct = true;
+  t.ttft_ms = 12.5;
+  t.latency_ms = 40.25;
+  t.tokens = 3;
+  t.finish_reason = "length";
+  return t;
+}
+
+TEST(PasskeyTrialsTest, TrialJsonRoundTrips) {
+  const PasskeyTrial t = AnsweredTrial();
+  const nlohmann::json j = nlohmann::json::parse(PasskeyTrialJson(t).dump());
+  absl::StatusOr<PasskeyTrial> back = ParsePasskeyTrialJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(PasskeyTrialJson(*back), PasskeyTrialJson(t));
+  EXPECT_TRUE(back->done && !back->failed);
+  EXPECT_EQ(back->position.name, "end");
+
+  PasskeyTrial failed = (*PlanLengthTrials(SeedSpec(), 512, 1, 20))[0];
+  failed.done = failed.failed = true;
+  failed.error = "UNAVAILABLE: gone";
+  absl::StatusOr<PasskeyTrial> f = ParsePasskeyTrialJson(nlohmann::json::parse(PasskeyTrialJson(failed).dump()));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->failed);
+  EXPECT_EQ(f->prompt_tokens, -1);
+  EXPECT_FALSE(f->ttft_ms.has_value());
+
+  nlohmann::json broken = j;
+  broken["correct"] = "yes";
+  EXPECT_TRUE(absl::StrContains(ParsePasskeyTrialJson(broken).status().message(), "\"correct\"")) << "names it";
+  broken.erase("correct");
+  EXPECT_FALSE(ParsePasskeyTrialJson(broken).ok());
+}
+
+TEST(PasskeyTrialsTest, HeaderMustMatchTheRun) {
+  const PasskeyRunSpec spec = SeedSpec();
+  const nlohmann::json header = nlohmann::json::parse(PasskeyTrialsHeader(spec));
+  EXPECT_TRUE(CheckPasskeyTrialsHeader(header, spec).ok());
+  PasskeyRunSpec other = spec;
+  other.seed = 4;
+  absl::Status s = CheckPasskeyTrialsHeader(header, other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "seed 3, this run has 4 (--seed)")) << s;
+  other = spec;
+  other.lengths = {512, 2048};
+  EXPECT_TRUE(absl::StrContains(CheckPasskeyTrialsHeader(header, other).message(), "[512,1024]"));
+  other = spec;
+  other.max_new_tokens = 8;
+  EXPECT_TRUE(absl::StrContains(CheckPasskeyTrialsHeader(header, other).message(), "--max-new-tokens"));
+  other = spec;
+  other.protocol = PasskeyProtocol::kCustom;
+  other.position = *ParsePasskeyPosition("middle");
+  EXPECT_TRUE(absl::StrContains(CheckPasskeyTrialsHeader(header, other).message(), "--protocol"));
+  EXPECT_EQ(CheckPasskeyTrialsHeader(nlohmann::json::parse(PasskeyTrialJson(AnsweredTrial()).dump()), spec).code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a trial line is no header";
+}
+
+TEST(PasskeyTrialsTest, ParsesTheJsonlAndDropsAPartialLastLine) {
+  const PasskeyRunSpec spec = SeedSpec();
+  const std::string line = PasskeyTrialJson(AnsweredTrial()).dump();
+  const std::string complete = PasskeyTrialsHeader(spec) + "\n" + line + "\n";
+  absl::StatusOr<PasskeyTrialsFile> f = ParsePasskeyTrialsJsonl(complete + line.substr(0, 40), spec);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->records.size(), 1u);
+  EXPECT_EQ(f->complete_bytes, complete.size());
+  EXPECT_TRUE(ParsePasskeyTrialsJsonl("", spec)->records.empty());
+  absl::Status bad = ParsePasskeyTrialsJsonl(complete + "{oops\n", spec).status();
+  EXPECT_TRUE(absl::StartsWith(bad.message(), "line 3")) << bad;
+  PasskeyRunSpec other = spec;
+  other.seed = 9;
+  EXPECT_EQ(ParsePasskeyTrialsJsonl(complete, other).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PasskeyTrialsTest, ResumeTakesDoneTrialsAndRerunsFailedOnes) {
+  std::vector<PasskeyTrial> planned = *PlanLengthTrials(SeedSpec(), 512, 6, 20);
+  std::vector<PasskeyTrial> records;
+  for (int i : {0, 1, 2}) {
+    PasskeyTrial r = planned[i];
+    r.done = true;
+    r.correct = true;
+    r.answer = r.passkey;
+    records.push_back(r);
+  }
+  records[1].failed = true;  // run again
+  PasskeyTrial later = planned[0];  // the last record of a trial wins
+  later.done = true;
+  later.answer = "later";
+  records.push_back(later);
+  PasskeyTrial outside = planned[5];
+  outside.index = 40;
+  records.push_back(outside);
+  absl::StatusOr<PasskeyResumeCount> n = ApplyResumedTrials(records, &planned);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->resumed, 2);
+  EXPECT_EQ(n->failed_again, 1);
+  EXPECT_EQ(n->outside, 1);
+  EXPECT_TRUE(planned[0].done && planned[0].resumed);
+  EXPECT_EQ(planned[0].answer, "later");
+  EXPECT_FALSE(planned[1].done);
+  EXPECT_TRUE(planned[2].done && planned[2].correct);
+  EXPECT_FALSE(planned[3].done);
+
+  std::vector<PasskeyTrial> fresh = *PlanLengthTrials(SeedSpec(), 512, 6, 20);
+  records = {fresh[4]};
+  records[0].passkey = "99999";
+  absl::Status s = ApplyResumedTrials(records, &fresh).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "trial 4 at 512 tokens has passkey 99999")) << s;
+  records = *PlanLengthTrials(SeedSpec(), 512, 6, 21);  // the same passkeys with another filler size
+  EXPECT_TRUE(absl::StrContains(ApplyResumedTrials(records, &fresh).status().message(), "another prompt"));
+}
+
+TEST(PasskeyTrialsTest, WriterAppendsAndResumeReadsItBack) {
+  const std::string path = testing::TempDir() + "/passkey_trials_writer_test.jsonl";
+  std::remove(path.c_str());
+  const PasskeyRunSpec spec = SeedSpec();
+  EXPECT_TRUE(CheckNewPasskeyTrialsFile(path).ok());
+  EXPECT_TRUE(ReadPasskeyTrialsFile(path, spec)->records.empty()) << "missing: nothing to resume";
+  {
+    absl::StatusOr<std::unique_ptr<PasskeyTrialsWriter>> w = PasskeyTrialsWriter::Open(path, spec, 0);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Append(AnsweredTrial()).ok());
+  }
+  EXPECT_EQ(CheckNewPasskeyTrialsFile(path).code(), absl::StatusCode::kFailedPrecondition);
+  std::ofstream(path, std::ios::app) << "{\"context_length\": 5";  // a killed writer's partial line
+  absl::StatusOr<PasskeyTrialsFile> f = ReadPasskeyTrialsFile(path, spec);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->records.size(), 1u);
+  {
+    absl::StatusOr<std::unique_ptr<PasskeyTrialsWriter>> w = PasskeyTrialsWriter::Open(path, spec, f->complete_bytes);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Append(AnsweredTrial()).ok());
+  }
+  f = ReadPasskeyTrialsFile(path, spec);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->records.size(), 2u) << "the partial line was cut, the new one appended";
+  PasskeyRunSpec other = spec;
+  other.max_new_tokens = 4;
+  absl::Status s = ReadPasskeyTrialsFile(path, other).status();
+  EXPECT_TRUE(absl::StartsWith(s.message(), path)) << s;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -478,6 +478,7 @@ TEST_F(RouterServiceTest, ApiKeyIsRequiredOnGenerateAndTokenize) {
   keyed.AddMetadata("authorization", "Bearer k-123");
   ASSERT_TRUE(stub_->Tokenize(&keyed, treq, &tresp).ok());
   EXPECT_EQ(tresp.token_ids_size(), 2);
+  EXPECT_EQ(tresp.max_context(), 4096u) << "Tokenize reports the model's max_context";
 }
 
 TEST_F(RouterServiceTest, DecodeUnavailableRetriesOnAnotherDecodeWorker) {
@@ -624,6 +625,44 @@ TEST_F(RouterServiceTest, EveryWorkerFullUntilTheDeadline) {
   });
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << r.status.error_message();
   EXPECT_GE(decode_[0]->script.calls(), 2);  // tried again while waiting
+  EXPECT_EQ(prefill_[0]->script.calls(), 0);
+}
+
+// A decode worker whose whole KV budget is too small (OUT_OF_RANGE at
+// admission) is passed over for one with a larger budget, and never asked
+// again, in this round or a later one (here the other worker is full
+// twice first).
+TEST_F(RouterServiceTest, DecodeWorkerTooSmallForTheRequestIsNotRetried) {
+  StartStack(1, 2);
+  decode_[0]->script.SetDefault(Fail(grpc::StatusCode::OUT_OF_RANGE));
+  decode_[1]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  decode_[1]->script.Then(Fail(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  Result r = Generate();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 3u);
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+  EXPECT_EQ(decode_[1]->script.calls(), 3);
+  EXPECT_EQ(PushedTo(*prefill_[0]), std::vector<std::string>{decode_addresses_[1]});
+}
+
+// No decode worker's whole budget holds the request: RESOURCE_EXHAUSTED at
+// once (not a wait for room that never comes), naming --kv-budget-mb, with
+// the reason trailer the OpenAI front maps to 400; nothing was prefilled.
+TEST_F(RouterServiceTest, RequestNoDecodeBudgetHoldsIsResourceExhaustedBeforeAnyPrefill) {
+  StartStack(1, 2);
+  decode_[0]->script.SetDefault(Fail(grpc::StatusCode::OUT_OF_RANGE));
+  decode_[1]->script.SetDefault(Fail(grpc::StatusCode::OUT_OF_RANGE));
+  grpc::ClientContext ctx;
+  Result r = GenerateWith(&ctx);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("--kv-budget-mb"), std::string::npos) << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("scripted OUT_OF_RANGE"), std::string::npos) << r.status.error_message();
+  const auto& md = ctx.GetServerTrailingMetadata();
+  const auto reason = md.find("pdserve-reason");
+  ASSERT_NE(reason, md.end());
+  EXPECT_EQ(std::string(reason->second.data(), reason->second.size()), "kv_budget_exceeded");
+  EXPECT_EQ(decode_[0]->script.calls(), 1);
+  EXPECT_EQ(decode_[1]->script.calls(), 1);
   EXPECT_EQ(prefill_[0]->script.calls(), 0);
 }
 

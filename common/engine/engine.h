@@ -28,6 +28,13 @@ struct EngineOptions {
   // KV bytes the caller may reserve (a decode worker's --kv-budget-mb),
   // counted in Load's memory check; 0 for none.
   int64_t kv_budget_bytes = 0;
+  // Sequences of max_context tokens whose KV the caller holds besides that
+  // budget (a prefill worker: one per executor, from its prefill until the
+  // decode worker acknowledges the hand-off), each with a copy of up to
+  // held_kv_copy_bytes on its way out (the hand-off's send queue), counted
+  // in the check too.
+  int64_t held_kv_sequences = 0;
+  int64_t held_kv_copy_bytes = 0;
 };
 
 // One sequence being generated: its cache and its position. The clamped

@@ -95,9 +95,12 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
   return options;
 }
 
-absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes) {
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes, int64_t held_kv_sequences,
+                                                 int64_t held_kv_copy_bytes) {
   ASSIGN_OR_RETURN(EngineFlags flags, EngineFlagsFromCommandLine());
   flags.options.kv_budget_bytes = kv_budget_bytes;
+  flags.options.held_kv_sequences = held_kv_sequences;
+  flags.options.held_kv_copy_bytes = held_kv_copy_bytes;
   LoadedEngine out;
   out.model_dir = flags.model_dir;
   const auto t0 = std::chrono::steady_clock::now();

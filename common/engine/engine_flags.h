@@ -54,11 +54,14 @@ struct LoadedEngine {
 };
 
 // EngineFlagsFromCommandLine, then loads the model and runs a one-token
-// prefill plus one decode step. `kv_budget_bytes`: the KV the process may
-// reserve, counted in the load-time memory check. InvalidArgument for bad
-// flag values; the loader's errors (NotFound, DataLoss, ResourceExhausted
-// when the estimate exceeds the memory limit, FailedPrecondition for a
-// PDSERVE_ISA this CPU lacks) otherwise.
-absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes = 0);
+// prefill plus one decode step. `kv_budget_bytes` (the KV the process may
+// reserve), `held_kv_sequences` (max_context sequences it holds besides: a
+// prefill worker's executors) and `held_kv_copy_bytes` (EngineOptions) are
+// counted in the load-time memory check.
+// InvalidArgument for bad flag values; the loader's errors (NotFound,
+// DataLoss, ResourceExhausted when the estimate exceeds the memory limit,
+// FailedPrecondition for a PDSERVE_ISA this CPU lacks) otherwise.
+absl::StatusOr<LoadedEngine> LoadEngineFromFlags(int64_t kv_budget_bytes = 0, int64_t held_kv_sequences = 0,
+                                                 int64_t held_kv_copy_bytes = 0);
 
 }  // namespace pdserve

@@ -42,7 +42,7 @@ struct MemoryEstimate {
   // row-major copies, which weights_bf16_bytes / weights_int8_bytes then
   // leave out (unless KMajorKeepsRowMajor(), for benchmarks).
   int64_t kmajor_bytes = 0;
-  int64_t kv_budget_bytes = 0;     // what the caller may reserve for KV
+  int64_t kv_budget_bytes = 0;     // what the caller may reserve or hold for KV
   int64_t workspace_bytes = 0;     // one prefill chunk at max_context
   int64_t total() const {
     return weights_f32_bytes + weights_bf16_bytes + weights_int8_bytes + widened_f32_bytes + packed_f32_bytes +

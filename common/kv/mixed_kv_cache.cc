@@ -250,7 +250,7 @@ absl::StatusOr<KvHandoffState> MixedKVCache::Export(int64_t prompt_len) const {
   return s;
 }
 
-absl::StatusOr<MixedKVCache> MixedKVCache::Import(const KvLayout& layout, const KvHandoffState& state,
+absl::StatusOr<MixedKVCache> MixedKVCache::Import(const KvLayout& layout, KvHandoffState state,
                                                   KvCacheOptions options, int64_t reserve_tokens) {
   MixedKVCache cache(layout, options);
   if (static_cast<int64_t>(state.k.size()) != layout.n_layers() ||
@@ -275,6 +275,8 @@ absl::StatusOr<MixedKVCache> MixedKVCache::Import(const KvLayout& layout, const 
                                                      state.prompt_len));
     }
     RETURN_IF_ERROR(cache.Append(l, state.k[l], state.v[l]));
+    state.k[l].reset();
+    state.v[l].reset();
   }
   return cache;
 }

@@ -93,7 +93,10 @@ class MixedKVCache {
   // layer and the expected versus found rows/shape) when it does not fit
   // `layout`, and ResourceExhausted past max_tokens.
   // `reserve_tokens` > 0 allocates for that many positions first (Reserve).
-  static absl::StatusOr<MixedKVCache> Import(const KvLayout& layout, const KvHandoffState& state,
+  // Each layer's tensors in `state` are released once copied in, so a
+  // moved-in state's memory goes as the cache's comes (at 128K: the peak is
+  // the cache plus one layer, not two whole copies).
+  static absl::StatusOr<MixedKVCache> Import(const KvLayout& layout, KvHandoffState state,
                                              KvCacheOptions options = {}, int64_t reserve_tokens = 0);
 
   const KvCacheOptions& options() const { return options_; }

@@ -125,7 +125,7 @@ expect "404 unknown model" 404 "$st" 'd["error"]["code"] == "model_not_found" an
 
 st=$(call GET /v1/models)
 expect "/v1/models" 200 "$st" \
-  'd["object"] == "list" and d["data"][0]["id"] == "passkey-4l" and d["data"][0]["owned_by"] == "pdserve" and d["data"][0]["max_model_len"] == 16384'
+  'd["object"] == "list" and d["data"][0]["id"] == "passkey-4l" and d["data"][0]["owned_by"] == "pdserve" and d["data"][0]["max_model_len"] == 131200'
 st=$(call GET /health)
 expect "/health" 200 "$st" 'd["status"] == "ok"'
 st=$(call GET /metrics)

@@ -2,7 +2,10 @@
 # pdserve-passkey against the local stack on a small random model (byte
 # tokenizer): it sizes prompts with the router's Tokenize RPC, runs the
 # trials, prints the table and the headline, writes the JSON, and blames the
-# random model (not itself) for an accuracy near 0.
+# random model (not itself) for an accuracy near 0; --protocol seed spreads a
+# length's trials over start/middle/end and ends in a VERDICT line;
+# --trials-jsonl/--resume runs only the missing trials; a length above the
+# model's max_context is refused before any Generate (the router's counter).
 # Usage: passkey_e2e_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -96,6 +99,109 @@ rc=0
 [ "$rc" = 2 ] && grep -q "minimum" "$WORK/err.txt" || fail "length 100: exit $rc"
 ok "too-short length exits 2"
 
+# ---- --protocol seed, --trials-jsonl/--resume and the max_context check.
+HTTP_PORT=$(log_port local.log "http on port " "$STACK")
+[ -n "$HTTP_PORT" ] || fail "no 'http on port N' line"
+# generates: the Generate calls the router has counted (every status code).
+generates() {
+  curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" |
+    awk '/^pdserve_router_requests_total[{ ]/ { n += $NF } END { printf "%d\n", n }'
+}
+SEED_ARGS=(--router "$ROUTER" --protocol seed --context-lengths 384,768 --seed 5 --concurrency 2 --deadline-s 120)
+
+rc=0; "$PK" --protocol seed --position end >/dev/null 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "position end cannot go with --protocol seed" "$WORK/err.txt" ||
+  fail "--position with --protocol seed: exit $rc"
+rc=0; "$PK" --resume >/dev/null 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "needs --trials-jsonl" "$WORK/err.txt" || fail "--resume alone: exit $rc"
+ok "--position with --protocol seed, and --resume without --trials-jsonl, exit 2"
+
+# A length the model (max_context 16384) cannot serve: exit 2 naming the
+# numbers, and not one Generate reaches the router.
+before=$(generates)
+rc=0
+"$PK" "${SEED_ARGS[@]}" --context-lengths 384,16384 --n-trials 3 >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 2 ] || fail "length 16384 + 16 new tokens over max_context 16384: expected exit 2, got $rc"
+grep -q "context length 16384 plus --max-new-tokens 16 is 16400, above the model's max_context 16384" \
+  "$WORK/err.txt" || fail "the refusal does not name the length, max-new-tokens and max_context"
+[ "$(generates)" = "$before" ] || fail "Generate calls went from $before to $(generates) on a refused length"
+ok "a length above max_context exits 2 before any Generate ($before Generate calls before and after)"
+
+# The seed protocol at small lengths: 6 trials per length, i % 3 -> start,
+# middle, end; the table by position and a VERDICT line (131072 not run).
+before=$(generates)
+rc=0
+"$PK" "${SEED_ARGS[@]}" --n-trials 6 --json-out "$WORK/seed.json" >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 0 ] || fail "--protocol seed exited $rc"
+cat "$WORK/out.txt"
+[ "$(generates)" = $((before + 12)) ] || fail "--protocol seed: $((before + 12)) Generate calls expected"
+grep -Eq "^ +768 +[0-9]+ +6 +0 " "$WORK/out.txt" || fail "no row for 768 with 6 trials"
+grep -Eq "^ +length +start +middle +end +all positions$" "$WORK/out.txt" || fail "no table by position"
+cell='[0-9]+/[0-9]+ = [0-9.]+% \([0-9.]+-[0-9.]+%\)'
+grep -Eq "^ +384( +$cell){4}$" "$WORK/out.txt" && grep -Eq "^ +768( +$cell){4}$" "$WORK/out.txt" ||
+  fail "no row by position for each length"
+[ "$(tail -n 1 "$WORK/out.txt")" = "VERDICT: 131072 tokens: NOT RUN (not among the context lengths 384,768)" ] ||
+  fail "the last line is not the VERDICT"
+/usr/bin/python3 - "$WORK/seed.json" <<'EOF' || fail "seed JSON check"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["protocol"] == "seed" and j["n_trials"] == 6 and j["verdict"]["result"] == "NOT RUN", j["verdict"]
+for t in j["trials"]:
+    assert t["position"] == ("start", "middle", "end")[t["trial"] % 3], t
+for l in j["lengths"]:
+    assert [(c["position"], c["trials"]) for c in l["by_position"]] == [("start", 2), ("middle", 2), ("end", 2)], l
+    # One filler per length: the same words in every prompt, whatever the passkey or its place.
+    ts = [t for t in j["trials"] if t["context_length"] == l["context_length"]]
+    sentence = lambda k: f"The passkey is {k}. Remember it. {k} is the passkey."
+    fillers = {" ".join(t["prompt"].replace(sentence(t["passkey"]), "").split()) for t in ts}
+    assert len(fillers) == 1 and len({t["filler_words"] for t in ts}) == 1, ts
+EOF
+ok "--protocol seed: trials spread by i % 3, the table by position, VERDICT NOT RUN without 131072"
+
+# Resumable: 3 trials per length into --trials-jsonl, then 6 with --resume
+# runs only the 6 missing ones; the table counts all 12. A partial last line
+# (what a run killed mid-write leaves) is cut off.
+J="$WORK/trials.jsonl"
+"$PK" "${SEED_ARGS[@]}" --n-trials 3 --trials-jsonl "$J" --json-out "$WORK/first.json" >/dev/null 2>"$WORK/err.txt" ||
+  fail "the first part of the resumable run failed"
+[ "$(wc -l <"$J")" = 7 ] || fail "--trials-jsonl: a header and 6 trials expected, got $(wc -l <"$J") lines"
+rc=0; "$PK" "${SEED_ARGS[@]}" --n-trials 6 --trials-jsonl "$J" >/dev/null 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "pass --resume" "$WORK/err.txt" || fail "a non-empty --trials-jsonl without --resume: exit $rc"
+rc=0; "$PK" "${SEED_ARGS[@]}" --seed 6 --n-trials 6 --trials-jsonl "$J" --resume >/dev/null 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 2 ] && grep -q "seed 5, this run has 6 (--seed)" "$WORK/err.txt" ||
+  fail "--resume with another seed: exit $rc"
+printf '{"context_length": 768, "tri' >>"$J"
+before=$(generates)
+rc=0
+"$PK" "${SEED_ARGS[@]}" --n-trials 6 --trials-jsonl "$J" --resume --json-out "$WORK/resumed.json" \
+  >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+[ "$rc" = 0 ] || fail "--resume exited $rc"
+[ "$(generates)" = $((before + 6)) ] || fail "--resume sent $(($(generates) - before)) Generate calls, 6 expected"
+grep -q "resumed 6 of 12 trials" "$WORK/err.txt" || fail "no 'resumed 6 of 12 trials' line"
+grep -q "6/6 trials (+6 resumed), .* ETA " "$WORK/err.txt" || fail "no final progress line with the resumed trials"
+grep -Eq "^ +384 +[0-9]+ +6 +0 " "$WORK/out.txt" && grep -Eq "^ +768 +[0-9]+ +6 +0 " "$WORK/out.txt" ||
+  fail "the table does not count the resumed trials"
+tail -n 1 "$WORK/out.txt" | grep -q "^VERDICT: " || fail "no VERDICT after --resume"
+[ "$(wc -l <"$J")" = 13 ] || fail "--trials-jsonl after --resume: 13 lines expected, got $(wc -l <"$J")"
+/usr/bin/python3 - "$WORK/first.json" "$WORK/resumed.json" "$WORK/seed.json" "$J" <<'EOF' || fail "resume JSON check"
+import json, sys
+first, resumed, fresh = (json.load(open(p)) for p in sys.argv[1:4])
+lines = open(sys.argv[4]).read().splitlines()
+assert json.loads(lines[0])["protocol"] == "seed", lines[0][:200]
+key = lambda t: (t["context_length"], t["trial"])
+assert sorted(key(json.loads(l)) for l in lines[1:]) == sorted(map(key, resumed["trials"])), "one line per trial"
+assert resumed["resumed_trials"] == 6, resumed["resumed_trials"]
+old = {key(t): t for t in first["trials"]}
+assert sum(key(t) in old for t in resumed["trials"]) == 6
+for t in resumed["trials"]:
+    if key(t) in old:  # taken from the file, not asked again
+        assert t == old[key(t)], key(t)
+# The same trials as the run of 6 in one go: passkeys, positions, prompts.
+same = lambda t: (key(t), t["passkey"], t["position"], t["prompt"])
+assert sorted(map(same, resumed["trials"])) == sorted(map(same, fresh["trials"]))
+EOF
+ok "--resume ran only the 6 missing trials, counted all 12, cut a partial line; another seed or an overwrite refused"
+
 stop_local_stack
 
 # The trained model (models/passkey-4l, 300/300 at its training length in
@@ -121,6 +227,16 @@ for t in j["trials"]:
     assert re.search(r"\b" + t["passkey"] + r"\b", t["answer_text"], re.ASCII), t
 EOF
 ok "trained model: 4/4 passkeys retrieved at 512 tokens, scored from the answers"
+# The seed protocol's spread on the trained model: every position scored.
+rc=0
+"$PK" --router "$ROUTER" --protocol seed --context-lengths 512 --n-trials 6 --concurrency 2 --require-target \
+  >"$WORK/out.txt" 2>"$WORK/err.txt" || rc=$?
+cat "$WORK/out.txt"
+[ "$rc" = 0 ] || fail "--protocol seed on the trained model exited $rc"
+two='2/2 = 100.0% \(34.2-100.0%\)'
+grep -Eq "^ +512 +$two +$two +$two +6/6 = 100.0% \(61.0-100.0%\)$" "$WORK/out.txt" ||
+  fail "not 2/2 at each position and 6/6 in all at 512"
+ok "trained model, --protocol seed: 2/2 at start, middle and end"
 stop_local_stack
 
 # No router at all: a clear error and exit 1, not a hang. NO_LISTENER (lib.sh),
