@@ -427,8 +427,26 @@ SchedulerLoad BatchScheduler::Load() const {
   return r;
 }
 
+absl::Status BatchScheduler::StaleHandoffLocked(const Entry& e) const {
+  // The prefill side stalled or died: UNAVAILABLE, marked as its failure,
+  // so that the router places the request on another prefill worker.
+  const std::string timeout = absl::StrCat(absl::FormatDuration(options_.handoff_timeout), " (--handoff-timeout-s)");
+  if (e.state == Entry::State::kAwaitingKv) {
+    // No header came. A prefill worker opens the hand-off of a prompt it
+    // queues and heartbeats it, so this one never got the prompt or is
+    // stuck: not proof that it is unhealthy, so the router only avoids it
+    // for this request.
+    return MarkFailedSide(MarkHandoffNotBegun(absl::UnavailableError(absl::StrCat(
+                              "KV hand-off for request ", e.request.request_id, " never began within ", timeout))),
+                          "prefill");
+  }
+  return MarkFailedSide(absl::UnavailableError(absl::StrCat("KV hand-off for request ", e.request.request_id,
+                                                            " made no progress for ", timeout)),
+                        "prefill");
+}
+
 void BatchScheduler::ExpireStale() {
-  std::vector<std::shared_ptr<Entry>> stale;
+  std::vector<std::pair<std::shared_ptr<Entry>, absl::Status>> stale;
   const absl::Time cutoff = absl::Now() - options_.handoff_timeout;
   {
     absl::MutexLock lock(&mu_);
@@ -436,18 +454,11 @@ void BatchScheduler::ExpireStale() {
       // Local prefills wait for the loop, not for a hand-off.
       if ((e->state == Entry::State::kAwaitingKv || e->state == Entry::State::kReceiving) &&
           e->last_progress < cutoff) {
-        stale.push_back(e);
+        stale.emplace_back(e, StaleHandoffLocked(*e));
       }
     }
   }
-  for (auto& e : stale) {
-    // The prefill side stalled or died: UNAVAILABLE, marked as its failure,
-    // so that the router places the request on another prefill worker.
-    FailRequest(e, MarkFailedSide(absl::UnavailableError(absl::StrCat(
-                                      "KV hand-off for request ", e->request.request_id, " made no progress for ",
-                                      absl::FormatDuration(options_.handoff_timeout), " (--handoff-timeout-s)")),
-                                  "prefill"));
-  }
+  for (auto& [e, why] : stale) FailRequest(e, why);
 }
 
 void BatchScheduler::Loop() {

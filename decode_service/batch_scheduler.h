@@ -169,6 +169,9 @@ class BatchScheduler final : public KvReceiver {
   // sequence is then failed).
   void Step(const std::vector<std::shared_ptr<Entry>>& batch);
   void ExpireStale();
+  // Why `e`'s hand-off timed out: UNAVAILABLE marked as the prefill side's
+  // failure, and as never begun when no header came.
+  absl::Status StaleHandoffLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes an entry and its reservation, and frees the buffers of a
   // hand-off still arriving for it (mu_ held).
   void RemoveLocked(const std::shared_ptr<Entry>& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -41,9 +41,9 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
   }
 
   // Closes the stream with `status`; the first status ends the request's line.
-  void End(const grpc::Status& status, const std::string& trailer_key = "", const std::string& trailer_value = "") {
+  void End(const grpc::Status& status, const Trailers& trailers = {}) {
     Ended(status);
-    Close(status, trailer_key, trailer_value);
+    Close(status, trailers);
   }
 
   // After a successful Admit. A stream that already went has its request
@@ -89,8 +89,7 @@ class DecodeReactor final : public QueuedWriter<DecodeResponse>, public TokenSin
   }
 
   void OnError(const absl::Status& status) override {
-    const std::string side = FailedSide(status);
-    End(ToGrpcStatus(status), side.empty() ? "" : kFailedSideKey, side);
+    End(ToGrpcStatus(status), MarkTrailers(status));
   }
 
  private:

@@ -106,6 +106,7 @@ void PrefillService::Start() {
                                                  exact ? "each prompt's bits as alone" : "bits depend on the batch"),
             {{"prefill_batch_tokens", batch_tokens_}}, log::TextPrefix::Named("pdserve"));
   for (int i = 0; i < options_.executors; ++i) threads_.emplace_back([this] { ExecutorLoop(); });
+  threads_.emplace_back([this] { KeeperLoop(); });
 }
 
 void PrefillService::Shutdown() {
@@ -147,7 +148,8 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
       refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                              absl::StrCat("prefill queue full (", queue_.size(), " prompts waiting)"));
     } else {
-      queue_.push_back(Job{context, request, response, reactor, NowNs()});
+      queue_.push_back(
+          Job{context, request, response, reactor, NowNs(), NewHandoff(*request, absl::FromChrono(context->deadline()))});
     }
   }
   FinishCancelled(cancelled);
@@ -226,7 +228,7 @@ void PrefillService::ExecutorLoop() {
       const Job& job = batch[i];
       const absl::Status& st = statuses[i];
       RequestsCounter(static_cast<grpc::StatusCode>(st.code()))->Increment();
-      AddFailedSideMetadata(st, job.context);
+      AddMarkTrailers(st, job.context);
       if (log::RequestLines()) LogRequest(job, st);
       job.reactor->Finish(ToGrpcStatus(st));
     }
@@ -251,6 +253,75 @@ void PrefillService::LogRequest(const Job& job, const absl::Status& status) cons
                     {"decode_worker", req.decode_address()}});
 }
 
+struct PrefillService::Handoff {
+  // What StartSend needs, copied from the request: the keeper may run after
+  // the call is finished and its request freed.
+  std::string decode_address;
+  KvHandoffHeader header;
+  absl::Time deadline;
+
+  absl::Mutex mu;
+  bool taken ABSL_GUARDED_BY(mu) = false;  // by the executor: the keeper stops
+  std::unique_ptr<KvSendSession> session ABSL_GUARDED_BY(mu);
+  absl::Status failed ABSL_GUARDED_BY(mu);  // the keeper's open or heartbeat
+};
+
+std::shared_ptr<PrefillService::Handoff> PrefillService::NewHandoff(const internal::v1::PrefillRequest& req,
+                                                                    absl::Time deadline) const {
+  auto h = std::make_shared<Handoff>();
+  h->decode_address = req.decode_address();
+  h->header.request_id = req.request_id();
+  h->header.layout = KvHandoffLayout::Of(engine_->config(), engine_->options().kv.dtype, options_.model_fingerprint);
+  h->header.prompt_len = req.token_ids_size();
+  h->header.sampling = SamplingFromProto(req.sampling());
+  h->deadline = deadline;
+  return h;
+}
+
+absl::StatusOr<std::unique_ptr<KvSendSession>> PrefillService::OpenHandoff(const Handoff& h) const {
+  absl::StatusOr<std::unique_ptr<KvSendSession>> opened = sender_->StartSend(h.decode_address, h.header, h.deadline);
+  if (!opened.ok()) return DecodeSide(opened.status());
+  return opened;
+}
+
+absl::StatusOr<std::unique_ptr<KvSendSession>> PrefillService::TakeHandoff(Handoff& h) const {
+  absl::MutexLock lock(&h.mu);
+  h.taken = true;
+  if (!h.failed.ok()) return h.failed;
+  if (h.session != nullptr) return std::move(h.session);
+  return OpenHandoff(h);
+}
+
+void PrefillService::KeeperLoop() {
+  while (true) {
+    std::vector<std::shared_ptr<Handoff>> queued;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stop = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stop), options_.progress_interval);
+      if (stopping_) return;
+      for (const Job& j : queue_) queued.push_back(j.handoff);
+    }
+    for (const std::shared_ptr<Handoff>& h : queued) KeepQueuedAlive(*h);
+  }
+}
+
+void PrefillService::KeepQueuedAlive(Handoff& h) {
+  absl::MutexLock lock(&h.mu);
+  if (h.taken || !h.failed.ok()) return;
+  if (h.session == nullptr) {
+    absl::StatusOr<std::unique_ptr<KvSendSession>> opened = OpenHandoff(h);
+    if (opened.ok()) {
+      h.session = std::move(*opened);
+    } else {
+      h.failed = opened.status();
+    }
+    return;
+  }
+  absl::Status st = h.session->SendProgress(0);
+  if (!st.ok()) h.failed = DecodeSide(std::move(st));
+}
+
 struct PrefillService::Running {
   const Job* job = nullptr;
   std::vector<int64_t> ids;
@@ -270,15 +341,8 @@ absl::StatusOr<std::unique_ptr<PrefillService::Running>> PrefillService::StartJo
   r->job = &job;
   r->ids.assign(req.token_ids().begin(), req.token_ids().end());
   r->sampling = SamplingFromProto(req.sampling());
-  KvHandoffHeader header;
-  header.request_id = req.request_id();
-  header.layout = KvHandoffLayout::Of(engine_->config(), engine_->options().kv.dtype, options_.model_fingerprint);
-  header.prompt_len = static_cast<int64_t>(r->ids.size());
-  header.sampling = r->sampling;
-  const absl::Time deadline = absl::FromChrono(ctx->deadline());
-  absl::StatusOr<std::unique_ptr<KvSendSession>> opened =
-      sender_->StartSend(req.decode_address(), std::move(header), deadline);
-  if (!opened.ok()) return DecodeSide(opened.status());
+  absl::StatusOr<std::unique_ptr<KvSendSession>> opened = TakeHandoff(*job.handoff);
+  if (!opened.ok()) return opened.status();
   r->session = std::move(*opened);
   r->seq = engine_->NewSequence();
   r->last_progress = absl::Now();

@@ -2,7 +2,9 @@
 // queue (full: RESOURCE_EXHAUSTED; a prompt whose caller cancelled or whose
 // deadline passed leaves it at the next Prefill or GetLoad, so that an
 // abandoned call neither holds a slot nor counts as load) for an executor
-// thread. The executor takes the queued prompts whose tokens fit
+// thread. While a prompt waits, a keeper thread opens its hand-off and
+// heartbeats it every progress_interval, so that its decode worker's
+// hand-off timeout counts a stuck prefill worker, not a long queue. The executor takes the queued prompts whose tokens fit
 // batch_tokens (at least one) and prefills them as the segments of one
 // forward (a lone prompt in chunks), streams each prompt's K/V layer by
 // layer to its decode worker as soon as the layer is final, samples each
@@ -44,8 +46,9 @@ struct PrefillServiceOptions {
   // Decode workers a Prefill may name as decode_address; empty = any. A
   // caller that names another gets PermissionDenied before any work.
   std::vector<std::string> allowed_decode_addresses;
-  // How often a prefill in progress tells its decode worker it is alive
-  // (KvProgress), so that a prefill longer than the hand-off timeout lives.
+  // How often a prefill in progress, or a queued prompt, tells its decode
+  // worker it is alive (KvProgress), so that a prefill or a wait longer
+  // than the hand-off timeout lives.
   absl::Duration progress_interval = absl::Seconds(5);
   // Where to report metrics; nullptr = nowhere. Must outlive the service.
   MetricsRegistry* metrics = nullptr;
@@ -56,10 +59,11 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   PrefillService(const Engine* engine, KvSender* sender, PrefillServiceOptions options);
   ~PrefillService() override;  // Shutdown()
 
-  // Starts the executors and logs the batch bound in effect.
+  // Starts the executors and the queue's keeper, and logs the batch bound
+  // in effect.
   void Start();
   // Fails queued prompts with Unavailable and joins the executors (a prompt
-  // being prefilled finishes first).
+  // being prefilled finishes first) and the keeper.
   void Shutdown();
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context, const internal::v1::PrefillRequest* request,
@@ -68,18 +72,34 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
                                     internal::v1::GetLoadResponse* response) override;
 
  private:
+  // A prompt's hand-off from its queueing on: opened and heartbeated by the
+  // keeper while the prompt waits, then taken by the executor.
+  struct Handoff;
+
   struct Job {
     grpc::CallbackServerContext* context;
     const internal::v1::PrefillRequest* request;
     internal::v1::PrefillResponse* response;
     grpc::ServerUnaryReactor* reactor;
     int64_t enqueued_ns = 0;
+    std::shared_ptr<Handoff> handoff;  // shared with the keeper
   };
 
   // A prompt between its hand-off's start and its commit.
   struct Running;
 
   void ExecutorLoop();
+  // Every progress_interval: opens the hand-off of each queued prompt, or
+  // sends it a heartbeat when open.
+  void KeeperLoop();
+  void KeepQueuedAlive(Handoff& h);
+  // The job's hand-off, for what it says.
+  std::shared_ptr<Handoff> NewHandoff(const internal::v1::PrefillRequest& req, absl::Time deadline) const;
+  // Opens h's hand-off (h.mu held). Errors are marked as the decode side's.
+  absl::StatusOr<std::unique_ptr<KvSendSession>> OpenHandoff(const Handoff& h) const;
+  // The executor's take of a job's hand-off: the keeper's session, or one
+  // opened now; the keeper's failure to open or heartbeat it otherwise.
+  absl::StatusOr<std::unique_ptr<KvSendSession>> TakeHandoff(Handoff& h) const;
   // The front prompt and those behind it that fit options_.batch_tokens.
   std::vector<Job> TakeBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the queued prompts whose caller cancelled or whose deadline
@@ -90,8 +110,9 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   Counter* RequestsCounter(grpc::StatusCode code);
   // Prefill + hand-off of each job; fills the responses. One status per job.
   std::vector<absl::Status> RunBatch(const std::vector<Job>& jobs);
-  // Opens the job's hand-off and its sequence, with the hooks that stream
-  // its layers. Errors: cancelled while queued, the decode side's refusal.
+  // Takes the job's hand-off (TakeHandoff) and opens its sequence, with the
+  // hooks that stream its layers. Errors: cancelled while queued, the
+  // decode side's refusal.
   absl::StatusOr<std::unique_ptr<Running>> StartJob(const Job& job);
   // Samples the first token and commits the hand-off (or cancels it when
   // the prefill failed); fills the response.
@@ -119,7 +140,7 @@ class PrefillService final : public internal::v1::PrefillWorker::CallbackService
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // KV held by running prefills
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;  // the executors, then the keeper
 };
 
 }  // namespace pdserve

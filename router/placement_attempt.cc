@@ -292,9 +292,11 @@ AttemptOutcome RouterService::PlacementAttempt::AttributeFailure() {
     return Retryable(dst_.error_code()) ? ExcludeDecode(dst_, report) : AttemptOutcome{report};
   }
   if (FailedSide(dctx_) == "prefill") {
-    // The decode worker saw the prefill worker's hand-off stream break.
+    // The decode worker saw the prefill worker's hand-off stream break, or
+    // never begin.
     const grpc::Status report = Annotate(dst_, "decode worker", d_);
-    return Retryable(dst_.error_code()) ? ExcludePrefill(dst_, report) : AttemptOutcome{report};
+    return Retryable(dst_.error_code()) ? ExcludePrefill(dst_, report, HandoffNotBegun(dctx_))
+                                        : AttemptOutcome{report};
   }
   const bool prefill_cancelled_by_us = pst_.error_code() == grpc::StatusCode::CANCELLED && !dst_.ok() &&
                                        dst_.error_code() != grpc::StatusCode::CANCELLED;
@@ -319,8 +321,9 @@ AttemptOutcome RouterService::PlacementAttempt::AttributeFailure() {
   return Retryable(pst_.error_code()) ? ExcludePrefill(pst_, report) : AttemptOutcome{report};
 }
 
-AttemptOutcome RouterService::PlacementAttempt::ExcludePrefill(grpc::Status why, grpc::Status report) {
-  if (why.error_code() == grpc::StatusCode::UNAVAILABLE) service_->prefill_->ReportFailure(p_);
+AttemptOutcome RouterService::PlacementAttempt::ExcludePrefill(grpc::Status why, grpc::Status report,
+                                                               bool busy_only) {
+  if (why.error_code() == grpc::StatusCode::UNAVAILABLE && !busy_only) service_->prefill_->ReportFailure(p_);
   call_->tried_prefill()->push_back(p_);
   return {std::move(report), /*retry=*/true};
 }

@@ -84,7 +84,10 @@ class RouterService::PlacementAttempt final : public grpc::ClientReadReactor<int
   AttemptOutcome AdmitFailure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AttemptOutcome RelayEnd() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AttemptOutcome AttributeFailure() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  AttemptOutcome ExcludePrefill(grpc::Status why, grpc::Status report);
+  // Avoids the prefill worker for this request; `why` UNAVAILABLE also
+  // marks it unhealthy until its next poll, unless `busy_only` (a hand-off
+  // that never began: the worker may only have been busy).
+  AttemptOutcome ExcludePrefill(grpc::Status why, grpc::Status report, bool busy_only = false);
   AttemptOutcome ExcludeDecode(grpc::Status why, grpc::Status report);
   void RecordPrefill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   internal::v1::DecodeRequest MakeDecodeRequest() const;

@@ -386,6 +386,7 @@ void WorkerPool::ReportFailure(const std::string& address) {
   if (it == workers_.end()) return;
   it->second.info.healthy = false;
   it->second.info.last_error = "the router reported a failure";
+  ++it->second.info.failures_reported;
   it->second.failed_generation = generation_;
 }
 

@@ -62,6 +62,8 @@ struct WorkerInfo {
   // Why the worker is unhealthy ("" when healthy, "not polled yet" before
   // its first poll).
   std::string last_error;
+  // ReportFailure calls since the worker joined the pool.
+  int64_t failures_reported = 0;
 };
 
 class WorkerPool {

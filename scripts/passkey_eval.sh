@@ -47,11 +47,9 @@ if [ "${RESUME:-0}" = 1 ]; then
 else
   rm -f "$JSONL"
 fi
-# One trial at a time: the prefill worker runs one prompt at a time anyway, and a
-# second request admitted at the decode worker while the first 131,072-token
-# prompt prefills (41 s, more on a busy machine) would wait in the prefill
-# queue with no hand-off progress, past the decode worker's --handoff-timeout-s
-# (a known defect: docs/reliability.md).
+# One trial at a time: the prefill worker runs one prompt at a time anyway, so
+# a second trial in flight would only wait in its queue, and each trial's TTFT
+# is then its own prefill.
 "$B/clients/pdserve-passkey" --router "$ROUTER" --protocol seed --context-lengths "$LENGTHS" \
   --n-trials $((3 * TRIALS)) --seed 0 --concurrency 1 --target 0.85 --trials-jsonl "$JSONL" "${RESUME_FLAG[@]}" \
   --json-out "$OUT/passkey_seed.json" | tee "$OUT/passkey_seed.txt"

@@ -47,10 +47,14 @@ struct Action {
   // with code OK it answers OK instead, late (ServeAfterStream).
   // kStreamAtOnce: a decode worker that streams without waiting for the
   // hand-off (a misbehaving one: a real worker has no K/V to decode yet).
-  enum Kind { kServe, kFail, kHang, kPushThenFail, kStreamAtOnce } kind = kServe;
+  // kAdmitThenFail: a decode worker that admits, waits for the request's
+  // Prefill call, then fails as a timed-out hand-off does (`side`, and
+  // pdserve-handoff-not-begun when `not_begun`).
+  enum Kind { kServe, kFail, kHang, kPushThenFail, kStreamAtOnce, kAdmitThenFail } kind = kServe;
   grpc::StatusCode code = grpc::StatusCode::OK;
   std::string side;  // pdserve-failed-side of a kFail ("" = none)
   bool after_stream = false;
+  bool not_begun = false;
 };
 Action Fail(grpc::StatusCode code, std::string side = "") { return {Action::kFail, code, std::move(side)}; }
 Action Hang() { return {Action::kHang, grpc::StatusCode::OK, ""}; }
@@ -59,6 +63,9 @@ Action PushThenFail(grpc::StatusCode code, bool after_stream) {
   return {Action::kPushThenFail, code, "", after_stream};
 }
 Action ServeAfterStream() { return PushThenFail(grpc::StatusCode::OK, /*after_stream=*/true); }
+Action HandoffTimedOut(bool not_begun) {
+  return {Action::kAdmitThenFail, grpc::StatusCode::UNAVAILABLE, "prefill", false, not_begun};
+}
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
   const absl::Time end = absl::Now() + timeout;
@@ -86,10 +93,10 @@ class IdSet {
   absl::flat_hash_set<std::string> ids_;
 };
 
-// What the fakes did, by request id: the prefill workers "pushed" its K/V,
-// the decode workers streamed a token of it.
+// What the fakes did, by request id: a prefill worker was called for it
+// and "pushed" its K/V, the decode workers streamed a token of it.
 struct Board {
-  IdSet pushed, streamed;
+  IdSet prefill_called, pushed, streamed;
 };
 
 // The script, the load and what was seen, shared by both fakes.
@@ -157,6 +164,7 @@ bool WaitOrCancelled(grpc::ServerContext* ctx, const std::function<bool()>& read
 
 grpc::Status Failed(grpc::ServerContext* ctx, const Action& a) {
   if (!a.side.empty()) ctx->AddTrailingMetadata(kFailedSideKey, a.side);
+  if (a.not_begun) ctx->AddTrailingMetadata(kHandoffNotBegunKey, "1");
   return grpc::Status(a.code, absl::StrCat("scripted ", GrpcCodeName(a.code)));
 }
 
@@ -166,6 +174,7 @@ class FakePrefill final : public internal::v1::PrefillWorker::Service {
   // Records "rid -> decode_address".
   grpc::Status Prefill(grpc::ServerContext* ctx, const PrefillRequest* req, PrefillResponse* resp) override {
     const Action a = script_->Next(absl::StrCat(req->request_id(), " -> ", req->decode_address()));
+    board_->prefill_called.Add(req->request_id());
     if (a.kind == Action::kFail) return Failed(ctx, a);
     if (a.kind == Action::kHang) {
       WaitOrCancelled(ctx, [] { return false; });
@@ -205,6 +214,12 @@ class FakeDecode final : public internal::v1::DecodeWorker::Service {
     admitted.set_admitted(true);
     writer->Write(admitted);
     const std::string rid = req->request_id();
+    if (a.kind == Action::kAdmitThenFail) {
+      if (!WaitOrCancelled(ctx, [&] { return board_->prefill_called.Has(rid); })) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
+      return Failed(ctx, a);
+    }
     const bool at_once = a.kind == Action::kStreamAtOnce;
     if (!WaitOrCancelled(ctx, [&] { return at_once || req->prefill_locally() || board_->pushed.Has(rid); }) ||
         (a.kind == Action::kHang && !WaitOrCancelled(ctx, [] { return false; }))) {
@@ -569,6 +584,34 @@ TEST_F(RouterServiceTest, FailureMarkedPrefillSideExcludesThePrefillWorker) {
   EXPECT_EQ(decode_[0]->script.calls(), 2);
   EXPECT_EQ(decode_[1]->script.calls(), 0);
   EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[1]);
+}
+
+// The decode worker's hand-off timeout: the next attempt keeps the decode
+// worker and avoids the prefill worker. A hand-off that stalled marks that
+// worker unhealthy; one that never began (the prompt may only have waited
+// in its queue) does not.
+TEST_F(RouterServiceTest, HandoffThatNeverBeganAvoidsThePrefillWorkerWithoutMarkingIt) {
+  StartStack(2, 1);
+  for (const bool not_begun : {true, false}) {
+    SCOPED_TRACE(not_begun ? "never began" : "stalled");
+    const auto failures = [&] {
+      for (const WorkerInfo& w : prefill_pool_->Snapshot()) {
+        if (w.address == prefill_addresses_[0]) return w.failures_reported;
+      }
+      return int64_t{-1};
+    };
+    const int64_t before = failures();
+    const int calls0 = prefill_[0]->script.calls(), calls1 = prefill_[1]->script.calls();
+    ASSERT_TRUE(WaitFor([&] { return prefill_pool_->Candidates({}).front() == prefill_addresses_[0]; }));
+    prefill_[0]->script.Then(Hang());
+    decode_[0]->script.Then(HandoffTimedOut(not_begun));
+    Result r = Generate();
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(prefill_[0]->script.calls(), calls0 + 1);
+    EXPECT_EQ(prefill_[1]->script.calls(), calls1 + 1);
+    EXPECT_EQ(r.messages.back().usage().prefill_worker(), prefill_addresses_[1]);
+    EXPECT_EQ(failures(), before + (not_begun ? 0 : 1));
+  }
 }
 
 // The prefill worker's call fails after its hand-off reached the decode

@@ -7,6 +7,13 @@
 namespace pdserve {
 namespace {
 constexpr char kFailedSidePayload[] = "pdserve/failed-side";
+constexpr char kNotBegunPayload[] = "pdserve/handoff-not-begun";
+
+std::string Trailer(const grpc::ClientContext& context, const char* key) {
+  const auto& md = context.GetServerTrailingMetadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
 }  // namespace
 
 absl::Status MarkFailedSide(absl::Status status, const char* side) {
@@ -19,15 +26,27 @@ std::string FailedSide(const absl::Status& status) {
   return side.has_value() ? std::string(*side) : std::string();
 }
 
-void AddFailedSideMetadata(const absl::Status& status, grpc::ServerContextBase* context) {
-  const std::string side = FailedSide(status);
-  if (!side.empty()) context->AddTrailingMetadata(kFailedSideKey, side);
+std::string FailedSide(const grpc::ClientContext& context) { return Trailer(context, kFailedSideKey); }
+
+absl::Status MarkHandoffNotBegun(absl::Status status) {
+  status.SetPayload(kNotBegunPayload, absl::Cord("1"));
+  return status;
 }
 
-std::string FailedSide(const grpc::ClientContext& context) {
-  const auto& md = context.GetServerTrailingMetadata();
-  auto it = md.find(kFailedSideKey);
-  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+bool HandoffNotBegun(const absl::Status& status) { return status.GetPayload(kNotBegunPayload).has_value(); }
+
+bool HandoffNotBegun(const grpc::ClientContext& context) { return Trailer(context, kHandoffNotBegunKey) == "1"; }
+
+Trailers MarkTrailers(const absl::Status& status) {
+  Trailers out;
+  const std::string side = FailedSide(status);
+  if (!side.empty()) out.emplace_back(kFailedSideKey, side);
+  if (HandoffNotBegun(status)) out.emplace_back(kHandoffNotBegunKey, "1");
+  return out;
+}
+
+void AddMarkTrailers(const absl::Status& status, grpc::ServerContextBase* context) {
+  for (const auto& [key, value] : MarkTrailers(status)) context->AddTrailingMetadata(key, value);
 }
 
 // The two enums share the canonical code numbers.

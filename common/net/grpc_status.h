@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/server_context.h>
@@ -23,10 +25,25 @@ inline constexpr char kFailedSideKey[] = "pdserve-failed-side";
 absl::Status MarkFailedSide(absl::Status status, const char* side);
 // "" when unmarked.
 std::string FailedSide(const absl::Status& status);
-// Copies a marked status's side into the call's trailing metadata.
-void AddFailedSideMetadata(const absl::Status& status, grpc::ServerContextBase* context);
 // The side a finished call's server named, or "".
 std::string FailedSide(const grpc::ClientContext& context);
+
+// A prefill-side failure of a hand-off that never began: no header reached
+// the decode worker within its --handoff-timeout-s. Its prefill worker may
+// only have been busy, so the router places the request elsewhere but does
+// not mark that worker unhealthy. Trailing metadata
+// `pdserve-handoff-not-begun: 1`.
+inline constexpr char kHandoffNotBegunKey[] = "pdserve-handoff-not-begun";
+absl::Status MarkHandoffNotBegun(absl::Status status);
+bool HandoffNotBegun(const absl::Status& status);
+bool HandoffNotBegun(const grpc::ClientContext& context);
+
+// The trailing metadata that carries a status's marks (its failed side,
+// a hand-off that never began), in that order; empty when unmarked.
+using Trailers = std::vector<std::pair<std::string, std::string>>;
+Trailers MarkTrailers(const absl::Status& status);
+// Adds MarkTrailers(status) to the call's trailing metadata.
+void AddMarkTrailers(const absl::Status& status, grpc::ServerContextBase* context);
 
 // "UNAVAILABLE", "INVALID_ARGUMENT", ... for logs and CLI errors.
 const char* GrpcCodeName(grpc::StatusCode code);

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -84,16 +85,26 @@ class QueuedWriter : public grpc::ServerWriteReactor<Msg>, public std::enable_sh
     return true;
   }
 
+  // Trailing metadata entries: key, value.
+  using Trailers = std::vector<std::pair<std::string, std::string>>;
+
   // Finishes the call with `status` once queued messages are written. Only
   // the first Close counts.
-  void Close(const grpc::Status& status) { Close(status, "", ""); }
+  void Close(const grpc::Status& status) { Close(status, Trailers{}); }
 
-  // Close with one trailing metadata entry (needs BindContext), added only
-  // by the Close that counts.
+  // Close with one trailing metadata entry.
   void Close(const grpc::Status& status, const std::string& trailer_key, const std::string& trailer_value) {
+    Close(status, Trailers{{trailer_key, trailer_value}});
+  }
+
+  // Close with trailing metadata (needs BindContext; entries with an empty
+  // key are skipped), added only by the Close that counts.
+  void Close(const grpc::Status& status, const Trailers& trailers) {
     std::unique_lock<std::mutex> lock(mu_);
     if (closing_) return;
-    if (!trailer_key.empty() && context_ != nullptr) context_->AddTrailingMetadata(trailer_key, trailer_value);
+    for (const auto& [key, value] : trailers) {
+      if (!key.empty() && context_ != nullptr) context_->AddTrailingMetadata(key, value);
+    }
     closing_ = true;
     status_ = status;
     if (writing_) return;  // OnWriteDone finishes

@@ -480,35 +480,49 @@ TEST_F(ReliabilityE2eTest, AccessLogEscapesAndNegativeTemperatureIsGreedy) {
 
 // Defect 10: the hand-off timeout runs from the last progress, so a prefill
 // far longer than it (Dt: 1 s) succeeds; Pt heartbeats every 200 ms.
+// Defect 13: so does a prompt that waits in Pt's queue behind it that long:
+// Pt opens its hand-off while it waits and heartbeats it.
 // "Longer than the timeout" is shown by the order of events on Dt's own clock,
-// not by a duration: once the request's reservation is on Dt and Pt prefills
-// it, an idle reservation made on Dt (a lease of the same timeout, started
-// later) must expire while Pt is still prefilling the request, and the request
-// must then succeed. The prefill is long by construction: 16,000 prompt tokens
-// in chunks of 4 on one thread (Stack::Worker), 4,000 chunks whose attention
-// reads up to 16,000 keys each (~8 s in a Release build on a 2-core Zen 4 or
-// Sapphire Rapids VM, ~8x the 1 s timeout; ~1.5 min under ASan).
-TEST_F(ReliabilityE2eTest, PrefillLongerThanTheHandoffTimeoutSucceeds) {
+// not by a duration: once the long request prefills on Pt and the short one
+// waits in Pt's queue, an idle reservation made on Dt (a lease of the same
+// timeout, started later than both requests' own) must expire while Pt is
+// still prefilling the first and still holds the second queued, and both
+// requests must then succeed. The prefill is long by construction: 16,000
+// prompt tokens in chunks of 4 on one thread (Stack::Worker), 4,000 chunks
+// whose attention reads up to 16,000 keys each (~8 s in a Release build on a
+// 2-core Zen 4 or Sapphire Rapids VM, ~8x the 1 s timeout; ~1.5 min under
+// ASan).
+TEST_F(ReliabilityE2eTest, PrefillAndQueueLongerThanTheHandoffTimeoutSucceed) {
   auto req = IdsRequest(Prompt(16000, 8), 3);
   req.mutable_sampling()->set_ignore_eos(true);
-  GenerateResult got;
+  const auto queued_req = IdsRequest(Prompt(40, 9), 4);
+  GenerateResult got, queued;
   std::thread client([&] { got = Generate(Addr("Rt"), req, std::chrono::seconds(600)); });
   const bool prefilling = WaitUntil(
       [] { return DecodeLoad(Addr("Dt")).active_sequences() >= 1 && PrefillLoad(Addr("Pt")).active_sequences() >= 1; },
       std::chrono::seconds(60));
   EXPECT_TRUE(prefilling) << "the request never reached Dt and Pt";
-  if (prefilling) {
+  std::thread queued_client([&] { queued = Generate(Addr("Rt"), queued_req, std::chrono::seconds(600)); });
+  const bool waiting = prefilling && WaitUntil([] { return PrefillLoad(Addr("Pt")).queued_requests() >= 1; },
+                                               std::chrono::seconds(60));
+  EXPECT_TRUE(waiting) << "the second request never waited in Pt's queue";
+  if (waiting) {
     Reservation idle(Addr("Dt"), "idle-lease", 10);
     const grpc::Status st = idle.Status();  // returns when its lease expires
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
     EXPECT_NE(st.error_message().find("--handoff-timeout-s"), std::string::npos) << st.error_message();
-    EXPECT_GE(PrefillLoad(Addr("Pt")).active_sequences(), 1u)
+    const auto load = PrefillLoad(Addr("Pt"));
+    EXPECT_GE(load.active_sequences(), 1u)
         << "the prefill ended before a later lease of Dt's 1 s hand-off timeout expired: too short to test the "
            "timeout (make the prompt longer)";
+    EXPECT_GE(load.queued_requests(), 1u) << "the second request left Pt's queue before the later lease expired";
   }
   client.join();
+  queued_client.join();
   ASSERT_TRUE(got.status.ok()) << got.status.error_message() << "\n" << g->procs["Dt"]->Log();
   EXPECT_EQ(got.ids.size(), 3u);
+  ASSERT_TRUE(queued.status.ok()) << queued.status.error_message() << "\n" << g->procs["Dt"]->Log();
+  EXPECT_EQ(queued.ids, Reference(queued_req));
 }
 
 // Section 5: a burst far larger than the prefill queue (16) is queued and
