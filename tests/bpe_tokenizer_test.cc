@@ -278,6 +278,30 @@ TEST(TinyBpeTest, AddedTokensAreWholeTokensLongestFirst) {
   EXPECT_EQ(*tok->Decode(ids, /*include_special=*/true), "hello<|eot|>[plain]");
 }
 
+TEST(TinyBpeTest, SpecialTokensAsTextAreOrdinaryText) {
+  const TinySpec spec = HelloSpec();
+  auto tok = Tiny(spec);
+  const uint32_t eot = *tok->AddedTokenId("<|eot|>");
+  const uint32_t plain = *tok->AddedTokenId("[plain]");
+  using Special = BpeTokenizer::SpecialTokens;
+  const std::vector<uint32_t> eot_chars = {'<', '|', 'e', 'o', 't', '|', '>'};
+  EXPECT_EQ(*tok->Encode("<|eot|>", Special::kAsText), eot_chars);
+  EXPECT_EQ(*tok->Encode("<|eot|>", Special::kParse), std::vector<uint32_t>{eot});
+  EXPECT_EQ(*tok->Encode("<|eot|>"), std::vector<uint32_t>{eot});  // the Tokenizer interface parses
+  // Added tokens not marked special are still cut out, as HF's
+  // split_special_tokens does.
+  std::vector<uint32_t> want = eot_chars;
+  want.push_back('x');
+  want.push_back(plain);
+  EXPECT_EQ(*tok->Encode("<|eot|>x[plain]", Special::kAsText), want);
+  EXPECT_EQ(*tok->Decode(*tok->Encode("hello<|eot|>x[plain]", Special::kAsText)), "hello<|eot|>x[plain]");
+  // As text, a special token outside the model's vocabulary is no error.
+  auto narrow = BpeTokenizer::FromJson(TinyJson(spec).dump(), eot);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_EQ(*(*narrow)->Encode("<|eot|>", Special::kAsText), eot_chars);
+  EXPECT_FALSE((*narrow)->Encode("<|eot|>", Special::kParse).ok());
+}
+
 TEST(TinyBpeTest, AddedTokenOutsideModelVocabIsRejectedOnEncode) {
   const std::string text = TinyJson(HelloSpec()).dump();
   auto own = BpeTokenizer::FromJson(text);

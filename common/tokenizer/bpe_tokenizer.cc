@@ -23,19 +23,24 @@ using bpe_internal::PairKey;
 BpeTokenizer::BpeTokenizer() { byte_id_.fill(-1); }
 BpeTokenizer::~BpeTokenizer() = default;
 
-int32_t BpeTokenizer::MatchAdded(absl::string_view text, size_t pos) const {
+int32_t BpeTokenizer::MatchAdded(absl::string_view text, size_t pos, bool skip_special) const {
   int32_t node = 0;
   int32_t best = -1;
   for (size_t i = pos; i < text.size(); ++i) {
     auto next = trie_[node].next.find(static_cast<unsigned char>(text[i]));
     if (next == trie_[node].next.end()) break;
     node = next->second;
-    if (trie_[node].token >= 0) best = trie_[node].token;
+    const int32_t token = trie_[node].token;
+    if (token >= 0 && !(skip_special && added_[token].special)) best = token;
   }
   return best;
 }
 
 absl::StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(absl::string_view text) const {
+  return Encode(text, SpecialTokens::kParse);
+}
+
+absl::StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(absl::string_view text, SpecialTokens special) const {
   if (const size_t bad = FirstInvalidUtf8(text); bad != absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
   }
@@ -53,7 +58,7 @@ absl::StatusOr<std::vector<uint32_t>> BpeTokenizer::Encode(absl::string_view tex
         ++pos;
         continue;
       }
-      const int32_t match = MatchAdded(text, pos);
+      const int32_t match = MatchAdded(text, pos, special == SpecialTokens::kAsText);
       if (match < 0) {
         ++pos;
         continue;

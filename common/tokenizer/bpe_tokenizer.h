@@ -4,7 +4,8 @@
 //
 // The pipeline, as HF runs it:
 //   1. added tokens (`added_tokens`) are cut out of the raw text first,
-//      leftmost-longest, and become single ids;
+//      leftmost-longest, and become single ids (those marked special only
+//      with SpecialTokens::kParse, see Encode);
 //   2. each remaining segment goes through the pre-tokenizer: zero or more
 //      `Split` regexes (behavior Isolated; PCRE2 with UTF+UCP stands in for
 //      Oniguruma, with \s spelled out as Oniguruma's White_Space set) and
@@ -61,13 +62,30 @@ class BpeTokenizer : public Tokenizer {
   // the file cannot be read, else FromJson's errors prefixed with the path.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromFile(const std::string& path, int64_t vocab_size = 0);
 
+  // What Encode does with text that spells an added token marked special
+  // ("<|eot_id|>", gpt-oss's "<|start|>").
+  enum class SpecialTokens {
+    // It becomes the token's id: HF's default, and what the Tokenizer
+    // interface's Encode(text) does (so every caller that only holds a
+    // Tokenizer, e.g. the router encoding a request's text, parses them).
+    kParse,
+    // It is encoded as the characters it is made of, like any other text:
+    // tiktoken's encode_ordinary, gpt-tokenizer with no special token
+    // allowed or disallowed, HF's split_special_tokens. Added tokens not
+    // marked special are still cut out, as HF does.
+    kAsText,
+  };
+
   // Text to ids. Returns InvalidArgument when the text is not valid UTF-8
   // ("text is not valid UTF-8 at byte N": rejected, not replaced, so the
   // model never sees a prompt the caller did not send), when it contains an
   // added token whose id is not below vocab_size (LLaMA-3's special tokens
-  // are 128000-128255, outside a 128000-id model), or when a byte has no
-  // token and the model has no unk_token. Returns ResourceExhausted if the
-  // regex engine hits its match limits (pathological input).
+  // are 128000-128255, outside a 128000-id model; with kAsText only the
+  // non-special ones count), or when a byte has no token and the model has
+  // no unk_token. Returns ResourceExhausted if the regex engine hits its
+  // match limits (pathological input).
+  absl::StatusOr<std::vector<uint32_t>> Encode(absl::string_view text, SpecialTokens special) const;
+  // Encode(text, SpecialTokens::kParse).
   absl::StatusOr<std::vector<uint32_t>> Encode(absl::string_view text) const override;
 
   // The raw bytes of one token (possibly part of a UTF-8 character; feed
@@ -122,8 +140,9 @@ class BpeTokenizer : public Tokenizer {
   absl::Status PreTokenize(size_t step, absl::string_view piece, Scratch& scratch, std::vector<uint32_t>& out) const;
   // BPE on one pre-token (raw bytes), with the per-call cache.
   absl::Status EncodeWord(absl::string_view word, Scratch& scratch, std::vector<uint32_t>& out) const;
-  // The longest added token starting at text[pos], as an index into added_.
-  int32_t MatchAdded(absl::string_view text, size_t pos) const;
+  // The longest added token starting at text[pos], as an index into added_;
+  // with `skip_special` only tokens not marked special count.
+  int32_t MatchAdded(absl::string_view text, size_t pos, bool skip_special) const;
 
   int64_t vocab_size_ = 0;
   // Per id: the bytes it decodes to ("" for none) and whether it is special.

@@ -20,6 +20,9 @@ class Tokenizer {
 
   // Maps UTF-8 (or arbitrary byte) text to token ids. Returns an error status
   // (InvalidArgument) when the text cannot be represented in the vocabulary.
+  // A BPE tokenizer turns text that spells one of its special tokens
+  // ("<|eot_id|>", "<|start|>") into that token's id; for those tokens as
+  // plain text, use BpeTokenizer::Encode(text, SpecialTokens::kAsText).
   virtual absl::StatusOr<std::vector<uint32_t>> Encode(absl::string_view text) const = 0;
 
   // The raw bytes of one token. A multi-byte character may be split across
