@@ -65,6 +65,33 @@ TEST(ConfigTest, BadChatTemplateNamesTheField) {
   }
 }
 
+TEST(ConfigTest, HarmonyChatFormatParsesAndRoundTrips) {
+  auto c = ParseModelConfig(R"({"tokenizer": {"type": "bpe", "file": "tokenizer.json"}, "chat_format": "harmony"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->chat_format, ChatFormat::kHarmony);
+  EXPECT_FALSE(c->chat_template.has_value());
+  auto back = ParseModelConfig(c->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->chat_format, ChatFormat::kHarmony);
+  EXPECT_EQ(ParseModelConfig("{}")->chat_format, ChatFormat::kTemplate);
+  EXPECT_EQ(ParseModelConfig(R"({"chat_format": "template"})")->chat_format, ChatFormat::kTemplate);
+}
+
+TEST(ConfigTest, BadChatFormatIsRefusedWithTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"chat_format": "chatml"})", "must be \"template\" or \"harmony\""},
+      {R"({"chat_format": "harmony"})", "needs a BPE tokenizer"},
+      {R"({"tokenizer": {"type": "bpe", "file": "t.json"}, "chat_format": "harmony",
+           "chat_template": {"roles": {"user": {}}}})",
+       "exclude each other"},
+  };
+  for (const auto& [json, why] : cases) {
+    auto c = ParseModelConfig(json);
+    ASSERT_FALSE(c.ok()) << json;
+    EXPECT_NE(std::string(c.status().message()).find(why), std::string::npos) << c.status();
+  }
+}
+
 TEST(ConfigTest, AcceptsFlatYarnKeys) {
   auto c = ParseModelConfig(R"({"yarn_factor": 8, "yarn_original_max_position": 2048})");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tests/test_util.h"
@@ -31,6 +32,33 @@ TEST(RopeTest, YarnRampInterpolatesOnlyLowFrequencies) {
     } else {
       EXPECT_LT(rope.inv_freq(i), base) << i;
       EXPECT_GT(rope.inv_freq(i), base / 32) << i;
+    }
+  }
+}
+
+// gpt-oss (truncate: false): the correction range stays fractional. At
+// gpt-oss-20b's values (d 64, theta 150000, L0 4096, beta 32/1) it is
+// [8.0928, 17.3980], so pair 8 is already ramped and pair 17 not yet fully.
+TEST(RopeTest, UntruncatedYarnKeepsTheFractionalRange) {
+  ModelConfig c;
+  c.head_dim = 64;
+  c.rope_theta = 150000;
+  c.yarn.truncate = false;
+  Rope rope(c);
+  const double low = 8.0928, high = 17.3980;  // to 4 decimals
+  for (int64_t i : {0, 8, 9, 17, 18, 31}) {
+    const double base = std::pow(150000.0, -2.0 * i / 64);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    EXPECT_NEAR(rope.inv_freq(i), base / 32 * ramp + base * (1 - ramp), 1e-4 * base) << i;
+  }
+  // Rounded out to [8, 18], the ramp differs on the pairs in between only.
+  c.yarn.truncate = true;
+  const Rope truncated(c);
+  for (int64_t i = 0; i < 32; ++i) {
+    if (i <= 8 || i >= 18) {
+      EXPECT_DOUBLE_EQ(truncated.inv_freq(i), rope.inv_freq(i)) << i;
+    } else {
+      EXPECT_NE(truncated.inv_freq(i), rope.inv_freq(i)) << i;
     }
   }
 }

@@ -19,6 +19,7 @@
 #include "common/model/gemv_kernels.h"
 #include "common/model/gemv_q8.h"
 #include "common/model/gemv_tiles.h"
+#include "common/model/hf_config.h"
 #include "common/model/huge_page_arena.h"
 #include "common/model/kmajor_packs.h"
 #include "common/model/linear_int8.h"
@@ -51,6 +52,7 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   RETURN_IF_ERROR(HostIsa().status());
   auto config = LoadModelConfig((std::filesystem::path(dir) / "config.json").string());
   if (!config.ok()) return absl::OkStatus();
+  RETURN_IF_ERROR(RefuseUnservedFamily(*config, dir));
   const MemoryEstimate estimate =
       EstimateMemory(*config, options.weights_dtype, options.kv.dtype,
                      options.kv_budget_bytes + options.held_kv_sequences * HeldSequenceBytes(*config, options),

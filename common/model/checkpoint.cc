@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model/hf_config.h"
 #include "common/model/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -87,6 +88,7 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig((fs::path(dir) / "config.json").string()));
+  RETURN_IF_ERROR(RefuseUnservedFamily(config, dir));
   if (options.expected_config != nullptr) RETURN_IF_ERROR(CompareConfigs(*options.expected_config, config));
   ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((fs::path(dir) / "model.safetensors").string()));
   RETURN_IF_ERROR(ValidateCheckpoint(*file, config));

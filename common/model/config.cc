@@ -1,11 +1,14 @@
 #include "common/model/config.h"
 
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/hf_config.h"
+#include "common/model/json_field.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -13,33 +16,6 @@ namespace pdserve {
 namespace {
 
 using nlohmann::json;
-
-// Reads `key` from `obj` into `out` when present. A present key with the
-// wrong JSON type is an error naming the field.
-template <typename T>
-absl::Status ReadField(const json& obj, const std::string& key,
-                       const std::string& path, T* out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return absl::OkStatus();
-  try {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      if (!it->is_number_integer()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config field '", path, "' must be an integer, found ", JsonExcerpt(*it)));
-      }
-      if (it->is_number_unsigned() &&
-          it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config field '", path, "' is out of range, found ", it->template get<uint64_t>()));
-      }
-    }
-    *out = it->template get<T>();
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config field '", path, "' has the wrong type: found ", JsonExcerpt(*it)));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status RequirePositive(int64_t v, const char* field) {
   if (v <= 0) {
@@ -248,6 +224,14 @@ std::string ModelConfig::ToJson() const {
       break;
   }
   if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  if (chat_format == ChatFormat::kHarmony) j["chat_format"] = "harmony";
+  if (family == ModelFamily::kGptOss) {
+    j["family"] = "gpt_oss";
+    j["swiglu_limit"] = swiglu_limit;
+    j["expert_format"] = expert_format == ExpertFormat::kMxfp4 ? "mxfp4" : "dense";
+    j["stop_token_ids"] = stop_token_ids;
+    j["yarn"]["truncate"] = yarn.truncate;
+  }
   if (chat_template) {
     json t = {{"generation_prefix", chat_template->generation_prefix}};
     for (const auto& [role, r] : chat_template->roles) t["roles"][role] = {{"prefix", r.prefix}, {"suffix", r.suffix}};
@@ -422,6 +406,30 @@ absl::Status ReadTemplateString(const json& obj, const std::string& key, const s
   return absl::OkStatus();
 }
 
+// "chat_format": "template" (default) or "harmony"; harmony needs a BPE
+// tokenizer (its special tokens) and no chat_template.
+absl::Status ParseChatFormat(const json& j, ModelConfig* c) {
+  auto it = j.find("chat_format");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (*it == "template") return absl::OkStatus();
+  if (*it != "harmony") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config field 'chat_format' must be \"template\" or \"harmony\", found ", JsonExcerpt(*it)));
+  }
+  if (c->tokenizer != TokenizerType::kBpe) {
+    return absl::InvalidArgumentError(
+        "config field 'chat_format' \"harmony\" needs a BPE tokenizer with the harmony special tokens "
+        "(tokenizer.type \"bpe\")");
+  }
+  if (c->chat_template) {
+    return absl::InvalidArgumentError(
+        "config fields 'chat_format' \"harmony\" and 'chat_template' exclude each other: harmony renders "
+        "messages itself");
+  }
+  c->chat_format = ChatFormat::kHarmony;
+  return absl::OkStatus();
+}
+
 absl::Status ParseChatTemplate(const json& j, ModelConfig* c) {
   auto it = j.find("chat_template");
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -457,6 +465,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   if (j.is_discarded()) return absl::InvalidArgumentError("model config is not valid JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("model config must be a JSON object");
 
+  for (const char* key : {"family", "swiglu_limit", "expert_format", "stop_token_ids"}) {
+    if (j.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config field '", key, "' belongs to gpt-oss, whose config is read from its Hugging Face config.json "
+          "(model_type \"gpt_oss\"), not from a pdserve config"));
+    }
+  }
   ModelConfig c;
   RETURN_IF_ERROR(ReadFields(j, kModelFields, "", "", &c));
   RETURN_IF_ERROR(ParseYarn(j, &c.yarn));
@@ -464,6 +479,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   RETURN_IF_ERROR(ParseTokenizer(j, &c));
   RETURN_IF_ERROR(ParseEosTokenId(j, &c));
   RETURN_IF_ERROR(ParseChatTemplate(j, &c));
+  RETURN_IF_ERROR(ParseChatFormat(j, &c));
   RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }
@@ -473,7 +489,8 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read model config '", path, "'"));
   std::stringstream ss;
   ss << in.rdbuf();
-  auto config = ParseModelConfig(ss.str());
+  auto config = IsHfConfig(ss.str()) ? LoadHfGptOssConfig(ss.str(), std::filesystem::path(path).parent_path().string())
+                                     : ParseModelConfig(ss.str());
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -21,6 +22,24 @@ struct YarnConfig {
   int64_t original_max_position = 4096;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
+  // The correction range's ends rounded to integers (floor/ceil), as
+  // GPT-OSS-Lite does; gpt-oss says `truncate: false`.
+  bool truncate = true;
+};
+
+// Which model family a config describes. gpt-oss differs from GPT-OSS-Lite
+// in the places docs/model.md lists under "gpt-oss checkpoints": q/k/v/o,
+// router and expert biases, unclamped sinks, the clamped SwiGLU, no shared
+// expert, and the Hugging Face layout (tensor names, sharded files).
+enum class ModelFamily {
+  kGptOssLite,  // this project's own checkpoints (config.json + model.safetensors)
+  kGptOss,      // Hugging Face gpt-oss (openai/gpt-oss-20b, -120b), hf_config.h
+};
+
+// How the routed experts' weights are stored.
+enum class ExpertFormat {
+  kDense,  // one tensor per projection, in the weights' dtype
+  kMxfp4,  // FP4 e2m1 values in blocks of 32 with one e8m0 scale each
 };
 
 // Hard limits on the size fields, checked by ValidateModelConfig before
@@ -59,7 +78,15 @@ struct ChatTemplate {
   std::string generation_prefix;
 };
 
+// How the OpenAI chat endpoint renders `messages` and reads the answer.
+enum class ChatFormat {
+  kTemplate,  // chat_template's role prefixes and suffixes (none: no chat)
+  kHarmony,   // OpenAI's harmony format (gpt-oss): roles, channels and the
+              // o200k_harmony special tokens; needs a BPE tokenizer with them
+};
+
 struct ModelConfig {
+  ModelFamily family = ModelFamily::kGptOssLite;
   std::string name = "gpt-oss-lite-502m";
   int64_t vocab_size = 128000;
   int64_t d_model = 768;
@@ -75,6 +102,7 @@ struct ModelConfig {
   double rope_theta = 100000.0;
   YarnConfig yarn;
   int64_t rope_identity_pairs_global = 12;
+  // The sinks' clamp; gpt-oss: -inf and +inf (unclamped).
   double sink_clamp_lo = -10.0;
   double sink_clamp_hi = 15.0;
   double norm_eps = 1e-5;
@@ -83,7 +111,17 @@ struct ModelConfig {
   TokenizerType tokenizer = TokenizerType::kByte;
   std::string tokenizer_file;  // for kBpe, relative to the model directory
   std::optional<int64_t> eos_token_id;
-  // For /v1/chat/completions; a model without one cannot chat.
+  // More ids that end generation beside eos_token_id (gpt-oss:
+  // generation_config.json's eos_token_id list: <|return|>, <|call|>, ...).
+  std::vector<int64_t> stop_token_ids;
+  // kGptOss: gate <= swiglu_limit and |up| <= swiglu_limit in the experts.
+  double swiglu_limit = 0;
+  ExpertFormat expert_format = ExpertFormat::kDense;
+  // For /v1/chat/completions: "chat_format" in config.json, "template"
+  // (default) or "harmony".
+  ChatFormat chat_format = ChatFormat::kTemplate;
+  // kTemplate's template; a model without one cannot chat. Absent with
+  // kHarmony.
   std::optional<ChatTemplate> chat_template;
 
   // Layer l is windowed iff l % 2 == 0 (docs/model.md).
@@ -103,7 +141,10 @@ struct ModelConfig {
     return 2 * n_kv_heads * head_dim * bytes_per_element;
   }
 
-  // Serialises back to the canonical JSON (nested "yarn").
+  // Serialises back to the canonical JSON (nested "yarn"). A kGptOss
+  // config also writes what sets it apart ("family", "swiglu_limit", ...),
+  // for its fingerprint; ParseModelConfig refuses those keys: gpt-oss
+  // configs are read from their Hugging Face config.json.
   std::string ToJson() const;
 };
 
@@ -112,7 +153,10 @@ struct ModelConfig {
 // 'n_kv_heads' (4)".
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
 
-// Reads a file and parses it; NotFound when the file cannot be read.
+// Reads a file and parses it; NotFound when the file cannot be read. A
+// Hugging Face config.json (one with "model_type") goes to
+// ParseHfGptOssConfig (hf_config.h), with the generation_config.json beside
+// it when there is one.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
 // Checks the invariants the math needs and the hard limits above. Returns

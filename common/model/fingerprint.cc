@@ -47,6 +47,7 @@ std::string ModelFingerprint(const ModelWeights& weights) {
   ModelConfig arch = weights.config;
   arch.name.clear();  // a renamed copy of the same model is the same model
   arch.chat_template.reset();  // so is one that chats differently
+  arch.chat_format = ChatFormat::kTemplate;
   h.String(arch.ToJson());
   ModelWeights& w = const_cast<ModelWeights&>(weights);  // NamedTensors only reads here
   for (const NamedTensor& nt : NamedTensors(&w)) {

@@ -16,8 +16,11 @@ Rope::Rope(const ModelConfig& c)
   const double d = static_cast<double>(c.head_dim);
   const double L0 = static_cast<double>(c.yarn.original_max_position);
   auto corr = [&](double r) { return d * std::log(L0 / (r * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta)); };
-  const double low = std::max(std::floor(corr(c.yarn.beta_fast)), 0.0);
-  double high = std::min(std::ceil(corr(c.yarn.beta_slow)), d - 1.0);
+  // GPT-OSS-Lite rounds the correction range out to integers; gpt-oss
+  // (truncate: false) keeps it fractional.
+  const double lo_raw = corr(c.yarn.beta_fast), hi_raw = corr(c.yarn.beta_slow);
+  const double low = std::max(c.yarn.truncate ? std::floor(lo_raw) : lo_raw, 0.0);
+  double high = std::min(c.yarn.truncate ? std::ceil(hi_raw) : hi_raw, d - 1.0);
   if (high == low) high += 0.001;
   for (int64_t i = 0; i < half_; ++i) {
     const double base = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / d);

@@ -350,15 +350,8 @@ def cmd_generate(args):
     print(json.dumps({"token_ids": out, "margins": margins} if args.margins else {"token_ids": out}))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    pi = sub.add_parser("init")
-    pi.add_argument("--config", required=True)
-    pi.add_argument("--seed", type=int, default=0)
-    pi.add_argument("--dtype", choices=["F32", "BF16", "F16"], default="F32")
-    pi.add_argument("--out", required=True)
-    pg = sub.add_parser("generate")
+def add_generate_args(pg):
+    """The generate command's flags, shared with gpt_oss_ref.py."""
     pg.add_argument("--model", required=True)
     pg.add_argument("--prompt-ids", required=True)
     pg.add_argument("--max-new-tokens", type=int, required=True)
@@ -370,6 +363,17 @@ def main():
     pg.add_argument("--float64", action="store_true")
     pg.add_argument("--margins", action="store_true",
                     help="also print each step's margin: how far the draw was from another token")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pi = sub.add_parser("init")
+    pi.add_argument("--config", required=True)
+    pi.add_argument("--seed", type=int, default=0)
+    pi.add_argument("--dtype", choices=["F32", "BF16", "F16"], default="F32")
+    pi.add_argument("--out", required=True)
+    add_generate_args(sub.add_parser("generate"))
     args = ap.parse_args()
     if getattr(args, "float64", False):
         global F32
