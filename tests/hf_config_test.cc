@@ -127,6 +127,7 @@ TEST(HfConfigTest, WhatPdserveDoesNotImplementIsRefusedByName) {
       {"no bias", [](json& j) { j["attention_bias"] = false; }, "'attention_bias'"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, "'hidden_act'"},
       {"bad limit", [](json& j) { j["swiglu_limit"] = 0; }, "'swiglu_limit'"},
+      {"other alpha", [](json& j) { j["swiglu_alpha"] = 1.0; }, "'swiglu_alpha'"},
       {"bad eos", [](json& j) { j["eos_token_id"] = 999999; }, "'eos_token_id'"},
       {"both rope keys", [](json& j) { j["rope_parameters"] = j["rope_scaling"]; }, "ambiguous"},
       {"bad size", [](json& j) { j["num_attention_heads"] = 60; }, "'n_heads' (60)"},

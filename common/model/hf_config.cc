@@ -26,7 +26,7 @@ constexpr const char* kReadKeys[] = {
     "num_attention_heads", "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
     "experts_per_token", "sliding_window", "layer_types", "max_position_embeddings", "rms_norm_eps", "rope_theta",
     "rope_scaling", "rope_parameters", "tie_word_embeddings", "hidden_act", "attention_bias", "swiglu_limit",
-    "quantization_config", "eos_token_id",
+    "swiglu_alpha", "quantization_config", "eos_token_id",
 };
 constexpr const char* kNoMathKeys[] = {
     "attention_dropout", "initializer_range", "router_aux_loss_coef", "output_router_logits", "use_cache",
@@ -186,6 +186,9 @@ absl::Status CheckFixedMath(const json& j, ModelConfig* c) {
   c->swiglu_limit = 7.0;
   RETURN_IF_ERROR(ReadField(j, "swiglu_limit", "swiglu_limit", &c->swiglu_limit));
   if (!(c->swiglu_limit > 0)) return Bad(absl::StrCat("gpt-oss config.json 'swiglu_limit' must be > 0, found ", c->swiglu_limit));
+  double alpha = 1.702;  // transformers 5 writes it; the published math fixes it
+  RETURN_IF_ERROR(ReadField(j, "swiglu_alpha", "swiglu_alpha", &alpha));
+  if (alpha != 1.702) return Bad(absl::StrCat("gpt-oss config.json 'swiglu_alpha' is ", alpha, "; pdserve implements 1.702"));
   c->norm_eps = 1e-5;
   RETURN_IF_ERROR(ReadField(j, "rms_norm_eps", "rms_norm_eps", &c->norm_eps));
   c->tie_embeddings = false;
