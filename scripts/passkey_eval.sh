@@ -10,7 +10,8 @@
 #   defaults: models/passkey-4l build/passkey-eval 512,2048,4096,8192 100
 # Each finished trial is appended to OUT/passkey_trials.jsonl; RESUME=1
 # continues a run that was stopped (same MODEL, LENGTHS and seed; TRIALS may
-# grow) instead of starting it over. COMPARE_PER_CELL=N compares only the
+# grow) instead of starting it over. CONCURRENCY=N keeps N trials in flight
+# (default 1). COMPARE_PER_CELL=N compares only the
 # first N trials of each position and length with pdserve-generate (default:
 # all). Run time on 2 cores: ~45 minutes for the served trials at the
 # defaults, and about as long again to compare every one of them in one
@@ -47,11 +48,12 @@ if [ "${RESUME:-0}" = 1 ]; then
 else
   rm -f "$JSONL"
 fi
-# One trial at a time: the prefill worker runs one prompt at a time anyway, so
-# a second trial in flight would only wait in its queue, and each trial's TTFT
-# is then its own prefill.
+# One trial at a time by default (CONCURRENCY=N for more): the prefill worker
+# runs one prompt at a time anyway, so a second trial in flight only waits in
+# its queue (its hand-off kept alive meanwhile) and overlaps the first one's
+# decode; each trial's TTFT is then its own prefill plus that wait.
 "$B/clients/pdserve-passkey" --router "$ROUTER" --protocol seed --context-lengths "$LENGTHS" \
-  --n-trials $((3 * TRIALS)) --seed 0 --concurrency 1 --target 0.85 --trials-jsonl "$JSONL" "${RESUME_FLAG[@]}" \
+  --n-trials $((3 * TRIALS)) --seed 0 --concurrency "${CONCURRENCY:-1}" --target 0.85 --trials-jsonl "$JSONL" "${RESUME_FLAG[@]}" \
   --json-out "$OUT/passkey_seed.json" | tee "$OUT/passkey_seed.txt"
 bench_stop
 
