@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model/decode_attention.h"
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/decode_attention.h"
+#include "common/kernels/gemv_kernels.h"
 
 namespace pdserve {
 namespace {

@@ -36,9 +36,9 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 #include "common/model/huge_page_arena.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 #include "common/util/omp_env.h"
 
 ABSL_FLAG(std::string, config, "",

@@ -32,11 +32,11 @@
 #include <string>
 #include <vector>
 
-#include "common/model/gemv_bf16dot.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_bf16dot.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_q8_kmajor.h"
 
 namespace pdserve {
 namespace {

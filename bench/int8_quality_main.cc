@@ -14,9 +14,9 @@
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
 #include "common/engine/logits_agreement.h"
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 #include "common/model/checkpoint.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 #include "common/model/transformer.h"
 
 ABSL_FLAG(std::string, config, "configs/tiny.json", "Model config (random weights; ignored with --model).");

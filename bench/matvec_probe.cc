@@ -14,9 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_clock.h"
 #include "common/engine/engine.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/kmajor_packs.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/kmajor_packs.h"
+#include "common/kernels/linear_int8.h"
 
 namespace pdserve::bench {
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model/prefill_attention.h"
+#include "common/kernels/prefill_attention.h"
 
 namespace pdserve {
 namespace {

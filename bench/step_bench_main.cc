@@ -25,7 +25,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
 #include "common/util/omp_env.h"
-#include "common/model/kmajor_packs.h"
+#include "common/kernels/kmajor_packs.h"
 
 ABSL_FLAG(std::string, batch_sizes, "1,2,4,8,16,32", "Batch sizes to time.");
 ABSL_FLAG(int64_t, steps, 16, "Timed decode steps per batch size (after 2 untimed ones).");

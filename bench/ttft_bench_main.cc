@@ -29,7 +29,7 @@
 #include "common/cli/cli_util.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_flags.h"
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 #include "common/net/grpc_security.h"
 #include "common/net/server.h"
 #include "common/util/omp_env.h"

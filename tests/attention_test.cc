@@ -1,5 +1,5 @@
 #include "common/model/attention.h"
-#include "common/model/decode_attention.h"
+#include "common/kernels/decode_attention.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

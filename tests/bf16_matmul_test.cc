@@ -1,12 +1,12 @@
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/model/gemm_amx.h"
-#include "common/model/gemm_dnnl.h"
-#include "common/model/gemv_bf16dot.h"
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemm_amx.h"
+#include "common/kernels/gemm_dnnl.h"
+#include "common/kernels/gemv_bf16dot.h"
+#include "common/kernels/gemv_kernels.h"
 #include "common/model/transformer.h"
 #include "common/util/cpu_features.h"
 #include "tests/bf16_mode_util.h"

@@ -1,10 +1,10 @@
 // A test's guard for the process-wide --bf16-matmul path
-// (common/model/bf16_matmul.h): a test sets the path it needs with
+// (common/kernels/bf16_matmul.h): a test sets the path it needs with
 // SetBf16Matmul and this puts the default back when the test ends, so the
 // next test in the binary starts from it.
 #pragma once
 
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 
 namespace pdserve::testing {
 

@@ -1,9 +1,9 @@
-// The split-K decode attention kernel (common/model/decode_attention.h)
+// The split-K decode attention kernel (common/kernels/decode_attention.h)
 // against a plain double-precision reference, for fp32 and bf16 K/V, at
 // lengths around the split size (bf16 rows of d = 32, 48, 64 and 96 read in
 // pairs, d = 44 widened one vector at a time); and its AVX-512 build against
 // the AVX2 baseline where the CPU has AVX-512.
-#include "common/model/decode_attention.h"
+#include "common/kernels/decode_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 #include "tests/test_util.h"
 
 namespace pdserve {

@@ -1,4 +1,4 @@
-// The exact AMX prefill GEMM (common/model/gemm_amx.h through
+// The exact AMX prefill GEMM (common/kernels/gemm_amx.h through
 // LinearBf16Split, bf16_matmul.h), where the CPU runs it (each test says
 // SKIP with the reason where it does not): fp32-GEMM accuracy against a
 // double reference on activations and weights spanning 2^+-20 (a bound the
@@ -6,7 +6,7 @@
 // tails (M not a multiple of 16 or 32, N a multiple of 16 but not 32),
 // rows whose bits do not depend on M or on the thread count or the column
 // split, and the widened fallback for shapes the kernel does not take.
-#include "common/model/gemm_amx.h"
+#include "common/kernels/gemm_amx.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 
 namespace pdserve {
 namespace {

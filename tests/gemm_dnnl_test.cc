@@ -1,4 +1,4 @@
-#include "common/model/gemm_dnnl.h"
+#include "common/kernels/gemm_dnnl.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/model/gemv_kmajor.h"
+#include "common/kernels/gemv_kmajor.h"
 
 namespace pdserve {
 namespace {

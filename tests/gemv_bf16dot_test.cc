@@ -1,10 +1,10 @@
-// The bf16-dot decode kernel (common/model/gemv_bf16dot.h), where the CPU
+// The bf16-dot decode kernel (common/kernels/gemv_bf16dot.h), where the CPU
 // has AVX512_BF16 (skipped, saying so, where it does not): against a
 // double-precision product of the bf16-rounded x and the bf16 weights (K
 // with and without a 32-wide tail, every row count up to kGemvMaxRows, odd
 // column ranges); a row's result does not depend on how many rows share its
 // pass (batch invariance); x really is rounded to bf16 (nearest even).
-#include "common/model/gemv_bf16dot.h"
+#include "common/kernels/gemv_bf16dot.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 #include "tests/test_util.h"
 
 namespace pdserve {

@@ -1,11 +1,11 @@
-// The decode matrix-vector kernels (common/model/gemv_kernels.h): each ISA
+// The decode matrix-vector kernels (common/kernels/gemv_kernels.h): each ISA
 // build against a double-precision reference (fp32 and bf16 weights, K with
 // and without 16- and 8-wide tails, every row count up to kGemvMaxRows, odd
 // column ranges); a row's result does not depend on how many rows share its
 // pass (batch invariance); and the AVX-512 build gives the AVX2 build's bits
 // exactly, where the CPU has AVX-512. One case tests one ISA (Avx2/..., Avx512/...):
 // where the CPU lacks it, that case skips with GTEST_SKIP and its reason.
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The k-major bf16 decode kernel (common/model/gemv_kmajor.h): its pack
+// The k-major bf16 decode kernel (common/kernels/gemv_kmajor.h): its pack
 // holds W's values where the layout says; each build's outputs equal, bit
 // for bit, one sequential fp32 FMA chain per output over k (the contract
 // that makes a row's bits independent of its batch, its neighbours, the
@@ -7,7 +7,7 @@
 // packs (GemvBf16KMajorDot) gives each row the bits it has alone, within
 // fp32 rounding of the double sum over bf16(x). The AVX-512 cases skip,
 // saying so, on a CPU without AVX-512F, the dot cases without AVX512_BF16.
-#include "common/model/gemv_kmajor.h"
+#include "common/kernels/gemv_kmajor.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "common/model/gemv_bf16dot.h"
+#include "common/kernels/gemv_bf16dot.h"
 #include "tests/test_util.h"
 
 namespace pdserve {

@@ -1,4 +1,4 @@
-// The k-major int8 decode kernel (common/model/gemv_q8_kmajor.h): its pack
+// The k-major int8 decode kernel (common/kernels/gemv_q8_kmajor.h): its pack
 // holds the Q8_0 values where the layout says (DequantizeQ8KMajorRow gives
 // each row's d * q, padding rows included); GemvQ8KMajorDot's outputs equal,
 // bit for bit, the stated chain acc = fma(float(block dot), d_w * d_x, acc)
@@ -8,7 +8,7 @@
 // written. Both builds (AVX2 and AVX-512 VNNI) are checked against the same
 // chain, so they agree bit for bit; each skips, saying so, on a CPU without
 // its instructions.
-#include "common/model/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_q8_kmajor.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/model/gemv_q8.h"
+#include "common/kernels/gemv_q8.h"
 
 namespace pdserve {
 namespace {

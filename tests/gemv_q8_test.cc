@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_q8.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_q8.h"
 
 namespace pdserve {
 namespace {

@@ -1,7 +1,7 @@
-// The work split of the decode matmuls (common/model/gemv_tiles.h): chunks
+// The work split of the decode matmuls (common/kernels/gemv_tiles.h): chunks
 // taken from a shared counter cover every output row exactly once, with any
 // chunk size and thread count, and inline inside a parallel region.
-#include "common/model/gemv_tiles.h"
+#include "common/kernels/gemv_tiles.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// KMajorPacks (common/model/kmajor_packs.h): a pack per matrix of a stack,
+// KMajorPacks (common/kernels/kmajor_packs.h): a pack per matrix of a stack,
 // found by address only for a matching view (same columns, no more rows),
 // holding W's values in the k-major layout; other dtypes are refused; the
 // scope is per thread and nests. Take: the pack replaces the matrix, which
@@ -6,7 +6,7 @@
 // readable memory), and those packs cannot be hidden. Q8_0 (int8) stacks
 // pack the same way where the CPU has AVX-512 VNNI (the case skips, saying
 // so, elsewhere), found only by FindQ8, and refused without VNNI.
-#include "common/model/kmajor_packs.h"
+#include "common/kernels/kmajor_packs.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_q8_kmajor.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_q8_kmajor.h"
+#include "common/kernels/linear_int8.h"
 
 namespace pdserve {
 namespace {

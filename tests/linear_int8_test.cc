@@ -1,7 +1,7 @@
 // Int8 (Q8_0) weights: the layout, the kernels against a plain reference,
 // batch invariance, loading, the fingerprint, and end-to-end quality
 // against fp32 weights.
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 
 #include <ATen/ATen.h>
 #include <cstdlib>
@@ -12,8 +12,8 @@
 #include "common/engine/logits_agreement.h"
 #include "common/model/checkpoint.h"
 #include "common/model/fingerprint.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_q8.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_q8.h"
 #include "common/model/transformer.h"
 #include "tests/test_util.h"
 

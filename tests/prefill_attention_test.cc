@@ -1,8 +1,8 @@
-// The fused prefill attention kernel (common/model/prefill_attention.h):
+// The fused prefill attention kernel (common/kernels/prefill_attention.h):
 // against the full-mask AttendWithSinks, in both ISA builds where the CPU
 // has them; a query row's bits do not depend on the rows computed with it;
 // rows with no allowed key give zeros.
-#include "common/model/prefill_attention.h"
+#include "common/kernels/prefill_attention.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

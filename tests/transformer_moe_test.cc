@@ -8,12 +8,12 @@
 
 #include <string>
 
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 #include "common/model/checkpoint.h"
-#include "common/model/gemv_bf16dot.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/gemv_bf16dot.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/linear_int8.h"
 #include "common/model/transformer.h"
 #include "tests/bf16_mode_util.h"
 #include "tests/test_util.h"

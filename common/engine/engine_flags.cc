@@ -8,10 +8,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 #include "common/model/fingerprint.h"
-#include "common/model/gemm_dnnl.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/gemm_dnnl.h"
+#include "common/kernels/linear_int8.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 

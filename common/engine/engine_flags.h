@@ -1,7 +1,7 @@
 // The engine flags, declared once for every binary that loads a model
 // (--model, --weights-dtype, --kv-dtype, --threads, --prefill-chunk,
-// --bf16-matmul, which sets the process-wide path of common/model/bf16_matmul.h,
-// --q8-kernel, the process-wide int8 kernel of common/model/linear_int8.h,
+// --bf16-matmul, which sets the process-wide path of common/kernels/bf16_matmul.h,
+// --q8-kernel, the process-wide int8 kernel of common/kernels/linear_int8.h,
 // --f32-packed-weights, the process-wide PackF32Weights of gemm_dnnl.h):
 //   EngineFlagsFromCommandLine  validates them into EngineOptions (no loading)
 //   EngineOptionsFromCommandLine  the same, without --model

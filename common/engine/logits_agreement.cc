@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {

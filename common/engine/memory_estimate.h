@@ -19,7 +19,7 @@
 
 namespace pdserve {
 
-enum class Bf16Matmul;  // common/model/bf16_matmul.h (kept out: it includes ATen)
+enum class Bf16Matmul;  // common/kernels/bf16_matmul.h (kept out: it includes ATen)
 enum class KvDtype;     // common/kv/mixed_kv_cache.h (the same)
 
 struct MemoryEstimate {

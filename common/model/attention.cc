@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "common/model/decode_attention.h"
+#include "common/kernels/decode_attention.h"
 
 namespace pdserve {
 

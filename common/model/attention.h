@@ -6,7 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "common/model/prefill_attention.h"
+#include "common/kernels/prefill_attention.h"
 
 namespace pdserve {
 

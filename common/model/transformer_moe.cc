@@ -9,11 +9,11 @@
 #include <cmath>
 #include <vector>
 
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_matrix.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_tiles.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_matrix.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_tiles.h"
 #include "common/model/transformer.h"
 
 namespace pdserve {

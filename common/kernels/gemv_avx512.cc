@@ -1,17 +1,17 @@
-#include "common/model/gemv_avx512.h"
+#include "common/kernels/gemv_avx512.h"
 
 #include <immintrin.h>
 
 #include <type_traits>
 
-#include "common/model/avx2_util.h"
-#include "common/model/avx512_util.h"
+#include "common/kernels/avx2_util.h"
+#include "common/kernels/avx512_util.h"
 // Under this file's target ISA, so that its template inlines the AVX-512 steps below.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma")
-#include "common/model/gemv_chains.h"
+#include "common/kernels/gemv_chains.h"
 #pragma GCC pop_options
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {

@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "common/model/decode_attention.h"
+#include "common/kernels/decode_attention.h"
 
 namespace pdserve {
 

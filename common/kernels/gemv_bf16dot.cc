@@ -1,11 +1,11 @@
-#include "common/model/gemv_bf16dot.h"
+#include "common/kernels/gemv_bf16dot.h"
 
 #include <immintrin.h>
 
 #include <vector>
 
-#include "common/model/avx512_util.h"
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/avx512_util.h"
+#include "common/kernels/gemv_kernels.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {

@@ -1,17 +1,17 @@
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "common/model/avx2_util.h"
+#include "common/kernels/avx2_util.h"
 // Under this file's target ISA, so that its template inlines the AVX2 steps below.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#include "common/model/gemv_chains.h"
+#include "common/kernels/gemv_chains.h"
 #pragma GCC pop_options
-#include "common/model/gemv_avx512.h"
+#include "common/kernels/gemv_avx512.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {

@@ -1,4 +1,4 @@
-#include "common/model/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_q8_kmajor.h"
 
 #include <immintrin.h>
 
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
 
 namespace pdserve {
 namespace {

@@ -1,17 +1,17 @@
-#include "common/model/prefill_attention.h"
+#include "common/kernels/prefill_attention.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "common/model/attention_isa.h"
+#include "common/kernels/attention_isa.h"
 
 namespace pdserve {
 namespace {
 
-#define PDSERVE_ATTENTION_KERNEL "common/model/prefill_attention_kernel.inc"
-#include "common/model/attention_isa_builds.inc"
+#define PDSERVE_ATTENTION_KERNEL "common/kernels/prefill_attention_kernel.inc"
+#include "common/kernels/attention_isa_builds.inc"
 #undef PDSERVE_ATTENTION_KERNEL
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "common/model/gemv_q8.h"
+#include "common/kernels/gemv_q8.h"
 
 #include <immintrin.h>
 
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/model/avx2_util.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_q8_avx512.h"
+#include "common/kernels/avx2_util.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_q8_avx512.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {

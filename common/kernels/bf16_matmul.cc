@@ -1,4 +1,4 @@
-#include "common/model/bf16_matmul.h"
+#include "common/kernels/bf16_matmul.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/gemm_amx.h"
-#include "common/model/gemm_dnnl.h"
-#include "common/model/gemv_bf16dot.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_tiles.h"
+#include "common/kernels/gemm_amx.h"
+#include "common/kernels/gemm_dnnl.h"
+#include "common/kernels/gemv_bf16dot.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_tiles.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {

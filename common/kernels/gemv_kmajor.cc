@@ -1,13 +1,13 @@
-#include "common/model/gemv_kmajor.h"
+#include "common/kernels/gemv_kmajor.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
-#include "common/model/avx2_util.h"
-#include "common/model/avx512_util.h"
-#include "common/model/gemv_bf16dot.h"
+#include "common/kernels/avx2_util.h"
+#include "common/kernels/avx512_util.h"
+#include "common/kernels/gemv_bf16dot.h"
 
 namespace pdserve {
 namespace {

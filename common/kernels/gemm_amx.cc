@@ -1,4 +1,4 @@
-#include "common/model/gemm_amx.h"
+#include "common/kernels/gemm_amx.h"
 
 #include <immintrin.h>
 

@@ -26,7 +26,7 @@
 
 #include <cstdint>
 
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 
 namespace pdserve {
 

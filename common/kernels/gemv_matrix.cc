@@ -1,18 +1,18 @@
-#include "common/model/gemv_matrix.h"
+#include "common/kernels/gemv_matrix.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
-#include "common/model/bf16_matmul.h"
-#include "common/model/gemv_bf16dot.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_q8_kmajor.h"
-#include "common/model/gemv_tiles.h"
-#include "common/model/kmajor_packs.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/bf16_matmul.h"
+#include "common/kernels/gemv_bf16dot.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_tiles.h"
+#include "common/kernels/kmajor_packs.h"
+#include "common/kernels/linear_int8.h"
 
 namespace pdserve {
 

@@ -1,12 +1,12 @@
-#include "common/model/gemv_q8_avx512.h"
+#include "common/kernels/gemv_q8_avx512.h"
 
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "common/model/avx2_util.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_q8.h"
+#include "common/kernels/avx2_util.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_q8.h"
 
 namespace pdserve {
 namespace {

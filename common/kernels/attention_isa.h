@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/model/avx2_util.h"
-#include "common/model/avx512_util.h"
+#include "common/kernels/avx2_util.h"
+#include "common/kernels/avx512_util.h"
 
 namespace pdserve {
 namespace attention_isa {
@@ -76,7 +76,7 @@ struct Vec {
   static __m256 Scale2(__m256 p, __m256 n) { return _mm256_mul_ps(p, Pow2(n)); }
 };
 
-#include "common/model/attention_exp.inc"
+#include "common/kernels/attention_exp.inc"
 
 #pragma GCC pop_options
 }  // namespace avx2
@@ -132,7 +132,7 @@ struct Vec {
   static __m512 Scale2(__m512 p, __m512 n) { return _mm512_scalef_ps(p, n); }
 };
 
-#include "common/model/attention_exp.inc"
+#include "common/kernels/attention_exp.inc"
 
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

@@ -35,7 +35,7 @@
 
 #include <cstdint>
 
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 
 namespace pdserve {
 

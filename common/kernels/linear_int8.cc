@@ -1,4 +1,4 @@
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,12 +11,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/gemv_kernels.h"
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_q8_kmajor.h"
-#include "common/model/gemv_tiles.h"
-#include "common/model/kmajor_packs.h"
+#include "common/kernels/gemv_kernels.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_tiles.h"
+#include "common/kernels/kmajor_packs.h"
 
 namespace pdserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/model/kmajor_packs.h"
+#include "common/kernels/kmajor_packs.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -8,11 +8,11 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "common/model/gemv_kmajor.h"
-#include "common/model/gemv_q8.h"
-#include "common/model/gemv_q8_kmajor.h"
+#include "common/kernels/gemv_kmajor.h"
+#include "common/kernels/gemv_q8.h"
+#include "common/kernels/gemv_q8_kmajor.h"
 #include "common/model/huge_page_arena.h"
-#include "common/model/linear_int8.h"
+#include "common/kernels/linear_int8.h"
 
 namespace pdserve {
 namespace {

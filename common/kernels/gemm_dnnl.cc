@@ -1,4 +1,4 @@
-#include "common/model/gemm_dnnl.h"
+#include "common/kernels/gemm_dnnl.h"
 
 #include <ATen/ATen.h>
 #if PDSERVE_HAVE_DNNL

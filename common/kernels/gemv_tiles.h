@@ -10,7 +10,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "common/model/gemv_kernels.h"
+#include "common/kernels/gemv_kernels.h"
 #include "common/util/spin_pool.h"
 
 namespace pdserve {

@@ -1,4 +1,4 @@
-#include "common/model/decode_attention.h"
+#include "common/kernels/decode_attention.h"
 
 #include <immintrin.h>
 
@@ -6,15 +6,15 @@
 #include <cmath>
 #include <type_traits>
 
-#include "common/model/attention_isa.h"
-#include "common/model/avx2_util.h"
+#include "common/kernels/attention_isa.h"
+#include "common/kernels/avx2_util.h"
 #include "common/util/cpu_features.h"
 
 namespace pdserve {
 namespace {
 
-#define PDSERVE_ATTENTION_KERNEL "common/model/decode_attention_kernel.inc"
-#include "common/model/attention_isa_builds.inc"
+#define PDSERVE_ATTENTION_KERNEL "common/kernels/decode_attention_kernel.inc"
+#include "common/kernels/attention_isa_builds.inc"
 #undef PDSERVE_ATTENTION_KERNEL
 
 }  // namespace
