@@ -173,6 +173,7 @@ std::unique_ptr<pdserve::OpenAiHttpServer> StartHttp(const pdserve::ModelConfig*
                                                              router->decode_pool.get(), metrics, std::move(security));
   o.channel = router->server.server->InProcessChannel(pdserve::DefaultChannelArguments());
   o.request_timeout = pdserve::HttpRequestTimeoutFromFlags();
+  o.tokenizer = router->service->tokenizer();  // a harmony model's chat
   auto http = pdserve::ServeOpenAiHttp(absl::GetFlag(FLAGS_http_listen), std::move(o));
   if (!http.ok()) pdserve::Die(http.status());
   return *std::move(http);

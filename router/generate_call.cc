@@ -1,5 +1,6 @@
 #include "router/generate_call.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -229,18 +230,30 @@ void RouterService::GenerateCall::SetDeadline(grpc::ClientContext* ctx) const {
 
 // ---- Relay ----
 
+bool RouterService::GenerateCall::IsStopId(uint32_t id) const {
+  const std::vector<uint32_t>& ids = service_->stop_ids_;
+  return !request_.sampling().ignore_eos() && std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
 FinishReason RouterService::GenerateCall::RelayMessage(const DecodeResponse& msg, bool* stopped) {
   GenerateResponse out;
   *stopped = false;
+  bool stop_id = false;  // a stop token (RouterService::stop_ids_) ended it: an EOS
   for (uint32_t id : msg.token_ids()) {
-    if (*stopped) break;
+    if (*stopped || stop_id) break;
     out.add_token_ids(id);
     ++generated_;
     StopMatcher::Result r = stops_.Push(detok_.Push(id));
     out.mutable_text()->append(r.emit);
     *stopped = r.stopped;
+    stop_id = !r.stopped && IsStopId(id);
   }
-  FinishReason finish = *stopped ? pdserve::v1::FINISH_REASON_STOP : msg.finish_reason();
+  FinishReason finish = *stopped    ? pdserve::v1::FINISH_REASON_STOP
+                        : stop_id ? pdserve::v1::FINISH_REASON_EOS
+                                  : msg.finish_reason();
+  // A stop token before the worker's own finish: the decode worker must be
+  // cancelled, as for a stop string (the text is flushed below).
+  const bool cancel = *stopped || (stop_id && msg.finish_reason() == pdserve::v1::FINISH_REASON_UNSPECIFIED);
   if (finish != pdserve::v1::FINISH_REASON_UNSPECIFIED && !*stopped) {
     StopMatcher::Result r = stops_.Push(detok_.Flush());
     out.mutable_text()->append(r.emit);
@@ -250,6 +263,7 @@ FinishReason RouterService::GenerateCall::RelayMessage(const DecodeResponse& msg
       out.mutable_text()->append(stops_.Flush());
     }
   }
+  *stopped = cancel;
   Emit(std::move(out), finish);
   return finish;
 }

@@ -96,8 +96,9 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // count: gRPC's timer may fire early), else CANCELLED.
   grpc::Status GoneStatus() const;
   // Relays one decode message to the client. Returns its finish reason
-  // (UNSPECIFIED while the request goes on); *stopped when a stop string
-  // ended it (the decode worker must then be cancelled).
+  // (UNSPECIFIED while the request goes on); *stopped when a stop string,
+  // or a stop token before the worker's own finish (EOS; RouterService's
+  // stop_ids_), ended it: the decode worker must then be cancelled.
   pdserve::v1::FinishReason RelayMessage(const internal::v1::DecodeResponse& msg, bool* stopped);
   // Called once per attempt, after its last worker callback.
   void OnAttemptOver(AttemptOutcome outcome);
@@ -118,6 +119,8 @@ class RouterService::GenerateCall final : public QueuedWriter<pdserve::v1::Gener
   // NeverFitsStatus, with its reason trailer.
   void End(const grpc::Status& ended);
   void Emit(pdserve::v1::GenerateResponse out, pdserve::v1::FinishReason finish);
+  // `id` ends the generation (a stop token, unless ignore_eos).
+  bool IsStopId(uint32_t id) const;
   // Observes the gaps before `tokens` tokens streamed at `now_ns` in the
   // inter-token-latency histogram.
   void ObserveInterTokenLatency(int64_t now_ns, int tokens);

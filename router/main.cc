@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   pdserve::OpenAiHttpOptions http =
       pdserve::RouterHttpOptions(kProgram, &*config, &prefill, &decode, &metrics, security);
   http.request_timeout = pdserve::HttpRequestTimeoutFromFlags();
+  http.tokenizer = service.tokenizer();  // a harmony model's chat
   ServeUntilSignal(&service, &metrics, std::move(http));
   return 0;
 }

@@ -55,7 +55,7 @@ constexpr OpenAiField kFields[] = {
     {"verbosity", kCh, S::kOnlyDefault, R"(["medium"])", R"("low")", false},
     {"audio", kCh, S::kRefused, "", R"({"voice": "alloy", "format": "wav"})", false},
     {"prediction", kCh, S::kRefused, "", R"({"type": "content", "content": "x"})", false},
-    {"reasoning_effort", kCh, S::kRefused, "", R"("low")", false},
+    {"reasoning_effort", kCh, S::kHarmonyOnly, "", R"("low")", false},
     {"web_search_options", kCh, S::kRefused, "", "{}", false},
     {"top_k", kB, S::kImplemented, "", "40", true},
     {"ignore_eos", kB, S::kImplemented, "", "true", true},
@@ -113,6 +113,7 @@ std::string FieldStateText(const OpenAiField& field, OpenAiEndpoint endpoint) {
     case S::kNoEffect: return "accepted, no effect";
     case S::kOnlyDefault: return absl::StrCat("only ", AllowedText(field, "`"));
     case S::kRefused: return "refused";
+    case S::kHarmonyOnly: return "harmony models";
   }
   return "";
 }
@@ -130,7 +131,8 @@ std::optional<OpenAiError> CheckOpenAiFields(const nlohmann::json& body, OpenAiE
       return Bad(key, absl::StrCat("'", key, "' is not a field of ", Path(endpoint)));
     }
     switch (f->state) {
-      case S::kImplemented: break;
+      case S::kImplemented:
+      case S::kHarmonyOnly: break;
       case S::kNoEffect:
         if (!value.is_null() && value.type_name() != absl::string_view(f->allowed)) {
           return Bad(key, absl::StrCat("'", key, "' must be a", *f->allowed == 'o' ? "n " : " ", f->allowed));

@@ -23,6 +23,8 @@ enum class FieldState : uint8_t {
   kNoEffect,     // accepted when of its type (`allowed`), has no effect: metadata
   kOnlyDefault,  // refused (400) unless absent, null or one of `allowed`
   kRefused,      // refused (400) unless absent or null
+  kHarmonyOnly,  // read for harmony models (router/harmony_chat.h); refused (400) unless
+                 // absent or null for a model with a chat template
 };
 
 inline constexpr uint8_t kCompletionsField = 1;
@@ -49,14 +51,14 @@ const OpenAiField* FindOpenAiField(absl::string_view name);
 bool IsFieldOf(const OpenAiField& field, OpenAiEndpoint endpoint);
 
 // The docs cell of `field` for `endpoint`: "yes", "accepted, no effect",
-// "only `1`" (the allowed values, null aside), "refused", or "—" when it is
-// not a field of the endpoint.
+// "only `1`" (the allowed values, null aside), "refused", "harmony
+// models", or "—" when it is not a field of the endpoint.
 std::string FieldStateText(const OpenAiField& field, OpenAiEndpoint endpoint);
 
 // Walks the body's keys against the table: the first key that is unknown,
 // not a field of `endpoint`, refused, not its default or (no-effect fields)
-// not of its type is a 400 naming it. Implemented fields are left to the
-// parser. `body` is a JSON object.
+// not of its type is a 400 naming it. Implemented (and harmony-only) fields are
+// left to the parser. `body` is a JSON object.
 std::optional<OpenAiError> CheckOpenAiFields(const nlohmann::json& body, OpenAiEndpoint endpoint);
 
 }  // namespace pdserve

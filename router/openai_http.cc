@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,6 +17,8 @@
 #include "common/util/log.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "router/client_disconnect.h"
+#include "router/harmony_chat.h"
+#include "router/harmony_parser.h"
 #include "router/openai_protocol.h"
 
 namespace pdserve {
@@ -67,6 +70,41 @@ struct RouterCall {
 
 std::vector<HttpHeader> IdHeader(const std::string& id) { return {{"X-Request-Id", id}}; }
 
+// A harmony model's HarmonyChat; nullptr for a template model, or with the
+// reason its chat is refused in *refusal when the tokenizer cannot serve it.
+std::unique_ptr<HarmonyChat> MakeHarmonyChat(const OpenAiHttpOptions& o, std::string* refusal) {
+  if (o.config == nullptr || o.config->chat_format != ChatFormat::kHarmony) return nullptr;
+  absl::StatusOr<std::unique_ptr<HarmonyChat>> chat = HarmonyChat::Create(o.tokenizer);
+  if (chat.ok()) return *std::move(chat);
+  *refusal = absl::StrCat("model '", o.config->name, "' chats in the harmony format, which this server cannot render: ",
+                          chat.status().message(), "; use /v1/completions");
+  log::Warn(*refusal, {}, log::TextPrefix::Named(o.program.empty() ? "http" : o.program));
+  return nullptr;
+}
+
+// One router message of a harmony chat as SSE chunks: one per channel
+// delta, in order, the finish reason on the last; one without text when
+// the message has none (every message is a chunk: see SendStream).
+std::vector<CompletionPiece> HarmonyChunks(const CompletionPiece& base, const GenerateResponse& msg,
+                                           HarmonyParser* parser) {
+  std::vector<HarmonyDelta> deltas;
+  for (uint32_t id : msg.token_ids()) parser->Push(id, &deltas);
+  if (!base.finish_reason.empty()) parser->Finish(&deltas);
+  CompletionPiece empty = base;
+  empty.channels = true;
+  empty.text.clear();
+  empty.reasoning.clear();
+  empty.finish_reason.clear();
+  std::vector<CompletionPiece> chunks;
+  for (HarmonyDelta& d : deltas) {
+    chunks.push_back(empty);
+    (d.target == HarmonyTarget::kReasoning ? chunks.back().reasoning : chunks.back().text) = std::move(d.text);
+  }
+  if (chunks.empty()) chunks.push_back(empty);
+  chunks.back().finish_reason = base.finish_reason;
+  return chunks;
+}
+
 }  // namespace
 
 std::string BearerToken(absl::string_view authorization) {
@@ -102,8 +140,13 @@ class OpenAiHttpServer::Impl {
   explicit Impl(OpenAiHttpOptions options)
       : options_(std::move(options)),
         stub_(pdserve::v1::Generator::NewStub(options_.channel)),
-        model_{options_.config->name, options_.config->max_context,
-               options_.config->chat_template ? &*options_.config->chat_template : nullptr, UnixNow()} {}
+        harmony_(MakeHarmonyChat(options_, &chat_refusal_)),
+        model_{options_.config->name,
+               options_.config->max_context,
+               options_.config->chat_template ? &*options_.config->chat_template : nullptr,
+               UnixNow(),
+               harmony_.get(),
+               chat_refusal_} {}
 
   absl::Status Listen();
   void Stop() { server_.reset(); }
@@ -121,8 +164,13 @@ class OpenAiHttpServer::Impl {
   void SendCallError(const grpc::Status& st, OpenAiEndpoint endpoint, const RouterCall& call, HttpResponseWriter& w,
                      const std::string& id);
 
+  // A harmony chat's answer parser; nullptr for other answers.
+  std::unique_ptr<HarmonyParser> ChannelParser(OpenAiEndpoint endpoint) const;
+
   const OpenAiHttpOptions options_;
   std::unique_ptr<pdserve::v1::Generator::Stub> stub_;
+  std::string chat_refusal_;  // before harmony_, which sets it
+  const std::unique_ptr<HarmonyChat> harmony_;
   const ServedModel model_;
   ClientDisconnectWatcher disconnects_;
   std::unique_ptr<HttpServer> server_;
@@ -275,12 +323,23 @@ void OpenAiHttpServer::Impl::SendCallError(const grpc::Status& st, OpenAiEndpoin
             IdHeader(id));
 }
 
+std::unique_ptr<HarmonyParser> OpenAiHttpServer::Impl::ChannelParser(OpenAiEndpoint endpoint) const {
+  if (endpoint != OpenAiEndpoint::kChat || harmony_ == nullptr) return nullptr;
+  return std::make_unique<HarmonyParser>(harmony_->tokens(), harmony_->tokenizer());
+}
+
 void OpenAiHttpServer::Impl::SendWhole(OpenAiEndpoint endpoint, CompletionPiece piece, RouterCall* call,
                                        HttpResponseWriter& w) {
+  const std::unique_ptr<HarmonyParser> parser = ChannelParser(endpoint);
+  std::vector<HarmonyDelta> deltas;
   GenerateResponse msg = std::move(call->first);
   pdserve::v1::Usage usage;
   do {
-    piece.text += msg.text();
+    if (parser != nullptr) {
+      for (uint32_t id : msg.token_ids()) parser->Push(id, &deltas);
+    } else {
+      piece.text += msg.text();
+    }
     if (msg.finish_reason() != pdserve::v1::FINISH_REASON_UNSPECIFIED) {
       piece.finish_reason = FinishReasonString(msg.finish_reason());
     }
@@ -288,6 +347,13 @@ void OpenAiHttpServer::Impl::SendWhole(OpenAiEndpoint endpoint, CompletionPiece 
   } while (call->reader->Read(&msg));
   const grpc::Status st = call->Finish();
   if (!st.ok()) return SendCallError(st, endpoint, *call, w, piece.id);
+  if (parser != nullptr) {
+    parser->Finish(&deltas);
+    piece.channels = true;
+    for (const HarmonyDelta& d : deltas) {
+      (d.target == HarmonyTarget::kReasoning ? piece.reasoning : piece.text) += d.text;
+    }
+  }
   w.Send(200, kJson, CompletionBody(endpoint, piece, usage), IdHeader(piece.id));
 }
 
@@ -298,6 +364,7 @@ void OpenAiHttpServer::Impl::SendStream(const OpenAiRequest& request, Completion
   headers.push_back({"Cache-Control", "no-cache"});
   auto send = [&w](const std::string& json) { return w.Write(absl::StrCat("data: ", json, "\n\n")); };
   if (!w.StartStream(200, "text/event-stream", headers)) return call->Cancel();
+  const std::unique_ptr<HarmonyParser> parser = ChannelParser(endpoint);
   GenerateResponse msg = std::move(call->first);
   pdserve::v1::Usage usage;
   bool first = true;
@@ -306,9 +373,14 @@ void OpenAiHttpServer::Impl::SendStream(const OpenAiRequest& request, Completion
     piece.finish_reason = FinishReasonString(msg.finish_reason());
     if (msg.has_usage()) usage = msg.usage();
     // Every message is a chunk, text or not: a write per token notices a
-    // client that went away within a token or two.
-    if (!send(ChunkBody(endpoint, piece, first, request.include_usage))) return call->Cancel();
-    first = false;
+    // client that went away within a token or two. A harmony chat's
+    // message may be several (one per channel it touches).
+    const std::vector<CompletionPiece> chunks =
+        parser != nullptr ? HarmonyChunks(piece, msg, parser.get()) : std::vector<CompletionPiece>{piece};
+    for (const CompletionPiece& chunk : chunks) {
+      if (!send(ChunkBody(endpoint, chunk, first, request.include_usage))) return call->Cancel();
+      first = false;
+    }
   } while (call->reader->Read(&msg));
   const grpc::Status st = call->Finish();
   bool ok = true;

@@ -2,7 +2,11 @@
 // and pdserve-local (on HttpServer, common/net/http_server.h; docs/http.md).
 //
 //   POST /v1/completions, POST /v1/chat/completions   generation (SSE with
-//                                                     "stream": true)
+//                                                     "stream": true); a
+//                                                     harmony model's chat
+//                                                     answer is split into
+//                                                     reasoning_content and
+//                                                     content (harmony_parser.h)
 //   GET  /v1/models                                   the served model
 //   GET  /health     200 when options.health() is OK (a prefill and a decode
 //                    worker reachable), else 503 with the reason
@@ -51,6 +55,7 @@
 #include "common/model/config.h"
 #include "common/net/metrics.h"
 #include "common/net/security_flags.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace pdserve {
 
@@ -61,6 +66,11 @@ struct OpenAiHttpOptions {
   // The model served (its name is the OpenAI model id); must outlive the
   // server.
   const ModelConfig* config = nullptr;
+  // The model's tokenizer (not owned; must outlive the server): a harmony
+  // model's chat (config chat_format "harmony") is rendered and parsed with
+  // it (router/harmony_chat.h). Without it, or when it lacks the harmony
+  // tokens, such a model's chat is refused with the reason (400).
+  const Tokenizer* tokenizer = nullptr;
   // The router's pdserve.v1.Generator.
   std::shared_ptr<grpc::Channel> channel;
   // OK when a prefill and a decode worker are reachable.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -211,6 +212,100 @@ MaybeError MessageContent(const json& m, const std::string& where, std::string* 
   return std::nullopt;
 }
 
+// A message's keys besides role and content: null or empty, or one of
+// `also` (which the caller reads).
+MaybeError OnlyRoleAndContent(const json& m, const std::string& where, std::initializer_list<const char*> also = {}) {
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (it.key() == "role" || it.key() == "content" || it->is_null() || (it->is_array() && it->empty())) continue;
+    bool read = false;
+    for (const char* key : also) read = read || it.key() == key;
+    if (read) continue;
+    const std::string param = absl::StrCat(where, ".", it.key().substr(0, 128));
+    return Bad(param, absl::StrCat("'", param, "' is not supported: a message has a role and a content only"));
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadReasoningEffort(const json* v, ReasoningEffort* effort) {
+  if (v == nullptr || v->is_null()) return std::nullopt;
+  for (ReasoningEffort e : {ReasoningEffort::kLow, ReasoningEffort::kMedium, ReasoningEffort::kHigh}) {
+    if (*v == ReasoningEffortName(e)) {
+      *effort = e;
+      return std::nullopt;
+    }
+  }
+  return Bad("reasoning_effort", absl::StrCat("'reasoning_effort' must be \"low\", \"medium\" or \"high\", got ",
+                                              v->dump().substr(0, 64)));
+}
+
+// One message of a harmony chat into *out (HarmonyConversationFromMessages).
+MaybeError HarmonyMessage(const json& m, size_t i, HarmonyConversation* out) {
+  const std::string where = absl::StrCat("messages[", i, "]");
+  const json* role = m.is_object() ? Find(m, "role") : nullptr;
+  if (role == nullptr || !role->is_string()) {
+    return Bad(where + ".role", absl::StrCat("'", where, "' must be an object with a string 'role'"));
+  }
+  const std::string r = role->get<std::string>().substr(0, 64);
+  if (r == "tool" || r == "function") {
+    return Bad(where + ".role", absl::StrCat("'", where, ".role' '", r, "': tool results are not supported, pdserve "
+                                             "does not implement tool calls for harmony models"));
+  }
+  const bool instructions = r == "system" || r == "developer";
+  if (!instructions && r != "user" && r != "assistant") {
+    return Bad(where + ".role", absl::StrCat("'", where, ".role' '", r,
+                                             "' is not a role of a harmony chat (system, developer, user, assistant)"));
+  }
+  if (instructions && i > 0) {
+    return Bad(where + ".role", absl::StrCat("'", where, ".role' '", r, "' must be the first message: it becomes the "
+                                             "harmony developer message's instructions"));
+  }
+  if (const json* calls = Find(m, "tool_calls"); calls != nullptr && !(calls->is_array() && calls->empty())) {
+    return Bad(where + ".tool_calls", absl::StrCat("'", where, ".tool_calls' is not supported: pdserve does not "
+                                                   "implement tool calls for harmony models"));
+  }
+  const bool assistant = r == "assistant";
+  if (const json* cot = Find(m, "reasoning_content"); assistant && cot != nullptr && !cot->is_string()) {
+    return Bad(where + ".reasoning_content", absl::StrCat("'", where, ".reasoning_content' must be a string"));
+  }
+  // An earlier turn's chain of thought is dropped (harmony's rule).
+  OAI_RETURN_IF_ERROR(OnlyRoleAndContent(m, where, assistant ? std::initializer_list<const char*>{"reasoning_content"}
+                                                              : std::initializer_list<const char*>{}));
+  std::string content;
+  OAI_RETURN_IF_ERROR(MessageContent(m, where, &content));
+  if (instructions) {
+    out->instructions = std::move(content);
+  } else {
+    out->turns.push_back({assistant ? HarmonyTurn::Role::kAssistant : HarmonyTurn::Role::kUser, std::move(content)});
+  }
+  return std::nullopt;
+}
+
+// The prompt of a template model: messages through its chat template.
+MaybeError RenderTemplateChat(const json& j, const json& messages, const ServedModel& model,
+                              pdserve::v1::GenerateRequest* g) {
+  if (Find(j, "reasoning_effort") != nullptr) {
+    return Bad("reasoning_effort", absl::StrCat("'reasoning_effort' applies to harmony models only (config.json "
+                                                "\"chat_format\": \"harmony\"); model '", model.id,
+                                                "' renders its chat template"));
+  }
+  std::string prompt;
+  OAI_RETURN_IF_ERROR(RenderChatPrompt(messages, *model.chat_template, &prompt));
+  g->set_text(std::move(prompt));
+  return std::nullopt;
+}
+
+// The prompt of a harmony model: token ids (harmony_chat.h).
+MaybeError RenderHarmonyChat(const json& j, const json& messages, const HarmonyChat& harmony,
+                             pdserve::v1::GenerateRequest* g) {
+  HarmonyConversation conversation;
+  OAI_RETURN_IF_ERROR(
+      HarmonyConversationFromMessages(messages, Find(j, "reasoning_effort"), harmony.Today(), &conversation));
+  absl::StatusOr<std::vector<uint32_t>> ids = harmony.Render(conversation);
+  if (!ids.ok()) return Bad("messages", absl::StrCat("the messages cannot be rendered: ", ids.status().message()));
+  g->mutable_token_ids()->Assign(ids->begin(), ids->end());
+  return std::nullopt;
+}
+
 json UsageJson(const pdserve::v1::Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens()},
           {"completion_tokens", u.generated_tokens()},
@@ -251,19 +346,38 @@ std::optional<OpenAiError> ParseChatRequest(const std::string& body, const Serve
   OAI_RETURN_IF_ERROR(ParseObject(body, &j));
   out->endpoint = OpenAiEndpoint::kChat;
   OAI_RETURN_IF_ERROR(CheckModel(j, model));
-  if (model.chat_template == nullptr) {
-    return Bad("messages", absl::StrCat("model '", model.id,
-                                        "' has no chat template (config.json 'chat_template'): use /v1/completions"));
+  if (model.chat_template == nullptr && model.harmony == nullptr) {
+    return Bad("messages", !model.chat_refusal.empty()
+                               ? model.chat_refusal
+                               : absl::StrCat("model '", model.id,
+                                              "' has no chat template (config.json 'chat_template'): use "
+                                              "/v1/completions"));
   }
   OAI_RETURN_IF_ERROR(CheckOpenAiFields(j, OpenAiEndpoint::kChat));
   const json* messages = Find(j, "messages");
   if (messages == nullptr) return Bad("messages", "'messages' is required");
-  std::string prompt;
-  OAI_RETURN_IF_ERROR(RenderChatPrompt(*messages, *model.chat_template, &prompt));
-  out->generate.set_text(std::move(prompt));
+  OAI_RETURN_IF_ERROR(model.harmony != nullptr ? RenderHarmonyChat(j, *messages, *model.harmony, &out->generate)
+                                               : RenderTemplateChat(j, *messages, model, &out->generate));
   OAI_RETURN_IF_ERROR(
       ParseSampling(j, kDefaultChatMaxTokens, model, out->generate.mutable_sampling(), &out->seed_given));
+  if (model.harmony != nullptr && out->generate.sampling().stop_size() > 0) {
+    // Stop strings would match the raw output, headers and reasoning
+    // included; OpenAI's reasoning models refuse `stop` too.
+    return Bad("stop", "'stop' is not supported for harmony models: the answer comes in channels (reasoning_content, "
+                       "content), and generation ends at the model's <|return|>");
+  }
   return ParseStreaming(j, out);
+}
+
+std::optional<OpenAiError> HarmonyConversationFromMessages(const nlohmann::json& messages,
+                                                           const nlohmann::json* reasoning_effort, std::string date,
+                                                           HarmonyConversation* out) {
+  *out = HarmonyConversation();
+  out->date = std::move(date);
+  OAI_RETURN_IF_ERROR(ReadReasoningEffort(reasoning_effort, &out->effort));
+  if (!messages.is_array() || messages.empty()) return Bad("messages", "'messages' must be a non-empty array");
+  for (size_t i = 0; i < messages.size(); ++i) OAI_RETURN_IF_ERROR(HarmonyMessage(messages[i], i, out));
+  return std::nullopt;
 }
 
 std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, const ChatTemplate& tmpl,
@@ -284,11 +398,7 @@ std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, cons
       return Bad(where + ".role", absl::StrCat("'", where, ".role' '", role->get<std::string>().substr(0, 64),
                                                "' is not in this model's chat template (", known, ")"));
     }
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      if (it.key() == "role" || it.key() == "content" || it->is_null() || (it->is_array() && it->empty())) continue;
-      const std::string param = absl::StrCat(where, ".", it.key().substr(0, 128));
-      return Bad(param, absl::StrCat("'", param, "' is not supported: a message has a role and a content only"));
-    }
+    OAI_RETURN_IF_ERROR(OnlyRoleAndContent(m, where));
     std::string content;
     OAI_RETURN_IF_ERROR(MessageContent(m, where, &content));
     absl::StrAppend(prompt, r->second.prefix, content, r->second.suffix);
@@ -309,7 +419,11 @@ std::string FinishReasonString(pdserve::v1::FinishReason reason) {
 std::string CompletionBody(OpenAiEndpoint endpoint, const CompletionPiece& piece, const pdserve::v1::Usage& usage) {
   const bool chat = endpoint == OpenAiEndpoint::kChat;
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(piece.finish_reason)}};
-  if (chat) {
+  if (chat && piece.channels) {
+    choice["message"] = {{"role", "assistant"},
+                         {"content", piece.text.empty() ? json(nullptr) : json(piece.text)},
+                         {"reasoning_content", piece.reasoning.empty() ? json(nullptr) : json(piece.reasoning)}};
+  } else if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", piece.text}};
   } else {
     choice["text"] = piece.text;
@@ -327,6 +441,7 @@ std::string ChunkBody(OpenAiEndpoint endpoint, const CompletionPiece& piece, boo
     json delta = json::object();
     if (first) delta["role"] = "assistant";
     if (!piece.text.empty() || first) delta["content"] = piece.text;
+    if (piece.channels && !piece.reasoning.empty()) delta["reasoning_content"] = piece.reasoning;
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = piece.text;

@@ -5,6 +5,8 @@
 //   ParseCompletionRequest         POST /v1/completions body -> OpenAiRequest
 //   ParseChatRequest               POST /v1/chat/completions body -> OpenAiRequest
 //   RenderChatPrompt               messages + the model's chat template -> text
+//   HarmonyConversationFromMessages  messages of a harmony model -> what
+//                                  HarmonyChat renders (harmony_chat.h)
 //   CompletionBody / ChunkBody / UsageChunkBody   responses and SSE chunks
 //   ModelsBody                     GET /v1/models
 //   OpenAiError, ErrorBody         {"error": {message, type, param, code}}
@@ -28,6 +30,7 @@
 #include "grpcpp/support/status.h"
 #include "nlohmann/json_fwd.hpp"
 #include "pdserve/v1/generate.pb.h"
+#include "router/harmony_chat.h"
 #include "router/openai_fields.h"
 #include "router/openai_status.h"
 
@@ -36,8 +39,15 @@ namespace pdserve {
 struct ServedModel {
   std::string id;                             // the OpenAI `model` (the config's name)
   int64_t max_context = 0;                    // prompt + completion tokens
-  const ChatTemplate* chat_template = nullptr;  // nullptr: chat is refused
+  const ChatTemplate* chat_template = nullptr;  // nullptr: chat is refused (but for harmony)
   int64_t created = 0;                        // unix seconds, for /v1/models
+  // A harmony model (config chat_format "harmony"): chat is rendered into
+  // token ids by it and its answer parsed into channels (docs/http.md,
+  // "Harmony models"). nullptr for a template model.
+  const HarmonyChat* harmony = nullptr;
+  // Why chat is refused when a harmony model has no HarmonyChat (its
+  // tokenizer is missing); empty otherwise.
+  std::string chat_refusal{};
 };
 
 // Tokens generated when a request gives no max_tokens: OpenAI's 16 for
@@ -74,6 +84,18 @@ std::optional<OpenAiError> ParseChatRequest(const std::string& body, const Serve
 std::optional<OpenAiError> RenderChatPrompt(const nlohmann::json& messages, const ChatTemplate& tmpl,
                                             std::string* prompt);
 
+// A harmony model's `messages` (the request's array) and reasoning_effort
+// (the request's field, or nullptr) as a conversation, `date` its current
+// date. A first message of role system or developer becomes the
+// instructions (the developer message); user and assistant messages are
+// turns (an assistant's `reasoning_content` is accepted and dropped, as
+// harmony drops earlier turns' chain of thought). Tool calls, tool
+// messages, a system or developer message after the first and any other
+// key that is not null or empty are refused, naming messages[i].KEY.
+std::optional<OpenAiError> HarmonyConversationFromMessages(const nlohmann::json& messages,
+                                                           const nlohmann::json* reasoning_effort, std::string date,
+                                                           HarmonyConversation* out);
+
 // "stop" (EOS or a stop sequence) or "length"; empty while unfinished.
 std::string FinishReasonString(pdserve::v1::FinishReason reason);
 
@@ -84,6 +106,12 @@ struct CompletionPiece {
   std::string model;
   std::string text;
   std::string finish_reason;  // empty: null
+  // A harmony model's answer (harmony_parser.h): `text` is the content and
+  // `reasoning` the analysis channel's text, vLLM's reasoning_content. A
+  // whole response's message then carries both (each null when empty), a
+  // chunk's delta each that is not empty (content "" on the first).
+  bool channels = false;
+  std::string reasoning{};
 };
 
 // A whole (non-streamed) response, with usage.

@@ -6,6 +6,7 @@
 #include "common/net/grpc_status.h"
 #include "common/net/sampling_validation.h"
 #include "router/generate_call.h"
+#include "router/harmony_chat.h"
 
 namespace pdserve {
 
@@ -15,6 +16,7 @@ RouterService::RouterService(const ModelConfig& config, std::unique_ptr<Tokenize
                              WorkerPool* decode, RouterOptions options)
     : config_(config),
       tokenizer_(std::move(tokenizer)),
+      stop_ids_(config_.chat_format == ChatFormat::kHarmony ? HarmonyStopIds(*tokenizer_) : std::vector<uint32_t>{}),
       prefill_(prefill),
       decode_(decode),
       options_(std::move(options)),

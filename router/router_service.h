@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/model/config.h"
@@ -75,6 +76,9 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const pdserve::v1::TokenizeRequest* request,
                                      pdserve::v1::TokenizeResponse* response) override;
 
+  // The model's tokenizer (the HTTP front renders harmony chat with it).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+
  private:
   class GenerateCall;      // generate_call.h
   class PlacementAttempt;  // placement_attempt.h
@@ -89,6 +93,11 @@ class RouterService final : public pdserve::v1::Generator::CallbackService {
 
   const ModelConfig config_;
   const std::unique_ptr<Tokenizer> tokenizer_;
+  // Tokens that end a generation besides the workers' eos_token_id: a
+  // harmony model's <|return|> and <|call|> (harmony_chat.h). The workers
+  // stop at one id only, so the relay ends the stream at these and cancels
+  // the decode call, as a stop string does; ignore_eos goes past them.
+  const std::vector<uint32_t> stop_ids_;
   MetricsRegistry own_metrics_;
   MetricsRegistry* metrics_;
   Histogram* ttft_seconds_;

@@ -20,6 +20,7 @@
 #include "common/tokenizer/bpe_tokenizer.h"
 #include "common/tokenizer/incremental_detokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tests/gptoss_test_util.h"
 
 namespace pdserve {
 namespace {
@@ -29,13 +30,11 @@ using Special = BpeTokenizer::SpecialTokens;
 
 // gpt-oss's config.json vocab_size: o200k_harmony's 201,088 ids, of which
 // the tokenizer.json names 0-200018.
-constexpr int64_t kGptOssVocabSize = 201088;
+using ::pdserve::testing::kGptOssVocabSize;
 constexpr int64_t kTokenizerJsonIds = 200019;
 
-std::string GptOssPath() {
-  if (const char* env = std::getenv("PDSERVE_GPTOSS_TOKENIZER_JSON"); env != nullptr && *env != '\0') return env;
-  return std::string(PDSERVE_SOURCE_DIR) + "/.cache/tokenizers/gptoss/tokenizer.json";
-}
+using ::pdserve::testing::GptOssPath;
+using ::pdserve::testing::kGptOssMissing;
 
 struct Reference {
   std::string text;
@@ -100,7 +99,7 @@ class GptOssTokenizerTest : public ::testing::Test {
   void SetUp() override {
     if (tok_ == nullptr) {
       GTEST_SKIP() << "gpt-oss tokenizer.json not found at " << GptOssPath()
-                   << "; run scripts/fetch_tokenizer.sh gptoss or set PDSERVE_GPTOSS_TOKENIZER_JSON";
+                   << kGptOssMissing;
     }
   }
 

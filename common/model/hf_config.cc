@@ -68,7 +68,9 @@ absl::Status ReadSizes(const json& j, ModelConfig* c) {
   int64_t per_tok = -1, per_token = -1;
   RETURN_IF_ERROR(ReadField(j, "num_experts_per_tok", "num_experts_per_tok", &per_tok));
   RETURN_IF_ERROR(ReadField(j, "experts_per_token", "experts_per_token", &per_token));
-  if (per_tok < 0 && per_token < 0) return Bad("gpt-oss config.json lacks 'num_experts_per_tok' (or 'experts_per_token')");
+  if (per_tok < 0 && per_token < 0) {
+    return Bad("gpt-oss config.json lacks 'num_experts_per_tok' (or 'experts_per_token')");
+  }
   if (per_tok >= 0 && per_token >= 0 && per_tok != per_token) {
     return Bad(absl::StrCat("gpt-oss config.json says 'num_experts_per_tok' ", per_tok, " but 'experts_per_token' ",
                             per_token));
@@ -91,7 +93,9 @@ absl::Status ReadRope(const json& j, ModelConfig* c) {
   }
   if (!j.contains(name) || j[name].is_null()) return absl::OkStatus();
   const json& r = j[name];
-  if (!r.is_object()) return Bad(absl::StrCat("gpt-oss config.json '", name, "' must be an object, found ", JsonExcerpt(r)));
+  if (!r.is_object()) {
+    return Bad(absl::StrCat("gpt-oss config.json '", name, "' must be an object, found ", JsonExcerpt(r)));
+  }
   for (const auto& [key, value] : r.items()) {
     static const char* kRopeKeys[] = {"rope_type", "type", "factor", "original_max_position_embeddings",
                                       "beta_fast", "beta_slow", "truncate", "rope_theta"};
@@ -102,7 +106,8 @@ absl::Status ReadRope(const json& j, ModelConfig* c) {
     }
   }
   std::string type = "yarn";
-  RETURN_IF_ERROR(ReadField(r, r.contains("rope_type") ? "rope_type" : "type", absl::StrCat(name, ".rope_type"), &type));
+  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
+  RETURN_IF_ERROR(ReadField(r, type_key, absl::StrCat(name, ".", type_key), &type));
   if (type != "yarn") {
     return Bad(absl::StrCat("gpt-oss config.json '", name, ".rope_type' is \"", type.substr(0, 64),
                             "\"; pdserve implements \"yarn\""));
@@ -179,16 +184,23 @@ absl::Status CheckFixedMath(const json& j, ModelConfig* c) {
   }
   std::string act = "silu";
   RETURN_IF_ERROR(ReadField(j, "hidden_act", "hidden_act", &act));
-  if (act != "silu") return Bad(absl::StrCat("gpt-oss config.json 'hidden_act' is \"", act.substr(0, 64), "\"; pdserve implements \"silu\""));
+  if (act != "silu") {
+    return Bad(absl::StrCat("gpt-oss config.json 'hidden_act' is \"", act.substr(0, 64),
+                            "\"; pdserve implements \"silu\""));
+  }
   bool bias = true;
   RETURN_IF_ERROR(ReadField(j, "attention_bias", "attention_bias", &bias));
   if (!bias) return Bad("gpt-oss config.json 'attention_bias' is false; pdserve implements gpt-oss's biased q/k/v/o");
   c->swiglu_limit = 7.0;
   RETURN_IF_ERROR(ReadField(j, "swiglu_limit", "swiglu_limit", &c->swiglu_limit));
-  if (!(c->swiglu_limit > 0)) return Bad(absl::StrCat("gpt-oss config.json 'swiglu_limit' must be > 0, found ", c->swiglu_limit));
+  if (!(c->swiglu_limit > 0)) {
+    return Bad(absl::StrCat("gpt-oss config.json 'swiglu_limit' must be > 0, found ", c->swiglu_limit));
+  }
   double alpha = 1.702;  // transformers 5 writes it; the published math fixes it
   RETURN_IF_ERROR(ReadField(j, "swiglu_alpha", "swiglu_alpha", &alpha));
-  if (alpha != 1.702) return Bad(absl::StrCat("gpt-oss config.json 'swiglu_alpha' is ", alpha, "; pdserve implements 1.702"));
+  if (alpha != 1.702) {
+    return Bad(absl::StrCat("gpt-oss config.json 'swiglu_alpha' is ", alpha, "; pdserve implements 1.702"));
+  }
   c->norm_eps = 1e-5;
   RETURN_IF_ERROR(ReadField(j, "rms_norm_eps", "rms_norm_eps", &c->norm_eps));
   c->tie_embeddings = false;

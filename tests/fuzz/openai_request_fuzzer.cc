@@ -76,6 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (f == nullptr) Fail("accepted an unknown field", it.key());
     if (!pdserve::IsFieldOf(*f, endpoint)) Fail("accepted a field of the other endpoint", it.key());
     if (f->state == pdserve::FieldState::kRefused && !it->is_null()) Fail("accepted a refused field", it.key());
+    if (f->state == pdserve::FieldState::kHarmonyOnly && !it->is_null() && model.harmony == nullptr) {
+      Fail("accepted a harmony-only field for a template model", it.key());
+    }
     if (f->state == pdserve::FieldState::kOnlyDefault && !it->is_null()) {
       bool ok = false;
       for (const json& a : json::parse(f->allowed)) ok = ok || *it == a;
