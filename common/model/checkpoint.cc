@@ -59,7 +59,7 @@ absl::Status ValidateCheckpoint(const SafetensorsFile& file, const ModelConfig& 
       return absl::DataLossError(absl::StrCat("checkpoint '", file.path(), "' is missing tensor '", nt.name,
                                               "' (expected shape ", ShapeString(nt.shape), ")"));
     }
-    if (v->dtype == StDtype::kOther) {
+    if (v->dtype != StDtype::kF32 && v->dtype != StDtype::kBF16 && v->dtype != StDtype::kF16) {
       return absl::DataLossError(absl::StrCat("tensor '", nt.name, "' has dtype ", v->dtype_name,
                                               ", expected F32, BF16 or F16"));
     }
@@ -112,7 +112,9 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
 
 absl::Status SaveCheckpoint(const ModelWeights& weights, const std::string& dir, StDtype dtype) {
   namespace fs = std::filesystem;
-  if (dtype == StDtype::kOther) return absl::InvalidArgumentError("checkpoint dtype must be F32, BF16 or F16");
+  if (dtype != StDtype::kF32 && dtype != StDtype::kBF16 && dtype != StDtype::kF16) {
+    return absl::InvalidArgumentError("checkpoint dtype must be F32, BF16 or F16");
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", ec.message()));

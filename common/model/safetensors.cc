@@ -41,6 +41,7 @@ StDtype ParseDtype(const std::string& s) {
   if (s == "F32") return StDtype::kF32;
   if (s == "BF16") return StDtype::kBF16;
   if (s == "F16") return StDtype::kF16;
+  if (s == "U8") return StDtype::kU8;
   return StDtype::kOther;
 }
 
@@ -51,6 +52,7 @@ const char* StDtypeName(StDtype dtype) {
     case StDtype::kF32: return "F32";
     case StDtype::kBF16: return "BF16";
     case StDtype::kF16: return "F16";
+    case StDtype::kU8: return "U8";
     default: return "other";
   }
 }
@@ -60,6 +62,7 @@ size_t StDtypeSize(StDtype dtype) {
     case StDtype::kF32: return 4;
     case StDtype::kBF16:
     case StDtype::kF16: return 2;
+    case StDtype::kU8: return 1;
     default: return 0;
   }
 }

@@ -17,11 +17,12 @@
 
 namespace pdserve {
 
-enum class StDtype { kF32, kBF16, kF16, kOther };
+// kU8: raw bytes (gpt-oss's MXFP4 blocks and e8m0 scales).
+enum class StDtype { kF32, kBF16, kF16, kU8, kOther };
 
-// "F32", "BF16", "F16" or the raw name for kOther.
+// "F32", "BF16", "F16", "U8"; "other" for kOther.
 const char* StDtypeName(StDtype dtype);
-// 4, 2, 2; 0 for kOther.
+// 4, 2, 2, 1; 0 for kOther.
 size_t StDtypeSize(StDtype dtype);
 
 struct StTensorView {
