@@ -19,7 +19,7 @@
 #include "common/kernels/gemv_kernels.h"
 #include "common/kernels/gemv_q8.h"
 #include "common/kernels/gemv_tiles.h"
-#include "common/model/hf_config.h"
+#include "common/model/gptoss_checkpoint.h"
 #include "common/model/huge_page_arena.h"
 #include "common/kernels/kmajor_packs.h"
 #include "common/kernels/linear_int8.h"

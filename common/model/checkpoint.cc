@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model/hf_config.h"
+#include "common/model/gptoss_checkpoint.h"
 #include "common/kernels/linear_int8.h"
 #include "common/util/status_macros.h"
 

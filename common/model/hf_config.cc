@@ -274,14 +274,6 @@ absl::StatusOr<ModelConfig> ParseHfGptOssConfig(absl::string_view config_json,
   return c;
 }
 
-absl::Status RefuseUnservedFamily(const ModelConfig& config, const std::string& dir) {
-  if (config.family != ModelFamily::kGptOss) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "'", dir.substr(0, 256), "' is a Hugging Face gpt-oss checkpoint (", config.n_layers, " layers, ",
-      config.n_experts, " experts, ", config.expert_format == ExpertFormat::kMxfp4 ? "MXFP4" : "dense",
-      " experts): its config and tokenizer are read, but loading its weights is not implemented yet"));
-}
-
 absl::StatusOr<ModelConfig> LoadHfGptOssConfig(absl::string_view config_json, const std::string& dir) {
   const std::filesystem::path gen = std::filesystem::path(dir) / "generation_config.json";
   std::string gen_text;

@@ -43,8 +43,4 @@ absl::StatusOr<ModelConfig> ParseHfGptOssConfig(absl::string_view config_json,
 // exists. The tokenizer is `dir`/tokenizer.json and chat is harmony.
 absl::StatusOr<ModelConfig> LoadHfGptOssConfig(absl::string_view config_json, const std::string& dir);
 
-// Unimplemented for a kGptOss config, naming `dir` and the model: its
-// config is read, its weights are not loaded yet. OK otherwise.
-absl::Status RefuseUnservedFamily(const ModelConfig& config, const std::string& dir);
-
 }  // namespace pdserve
