@@ -386,7 +386,7 @@ void BatchScheduler::StartRunning(const std::shared_ptr<Entry>& e, std::unique_p
     e->generated = 1;
     if (e->request.max_new_tokens == 1) {
       finish = FinishReason::kLength;
-    } else if (!e->request.ignore_eos && c.eos_token_id && first_token == *c.eos_token_id) {
+    } else if (!e->request.ignore_eos && c.IsStopToken(first_token)) {
       finish = FinishReason::kEos;
     }
     if (finish != FinishReason::kNone) RemoveLocked(e);
@@ -525,7 +525,7 @@ void BatchScheduler::Step(const std::vector<std::shared_ptr<Entry>>& batch) {
     e->last_token = tok;
     ++e->generated;
     FinishReason finish = FinishReason::kNone;
-    if (!e->request.ignore_eos && c.eos_token_id && tok == *c.eos_token_id) {
+    if (!e->request.ignore_eos && c.IsStopToken(tok)) {
       finish = FinishReason::kEos;
     } else if (e->generated >= e->request.max_new_tokens) {
       finish = FinishReason::kLength;

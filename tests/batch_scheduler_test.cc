@@ -192,28 +192,35 @@ TEST_F(BatchSchedulerTest, EosEndsASequenceUnlessIgnored) {
   size_t k = 1;
   while (k < ref.size() && std::find(ref.begin(), ref.begin() + k, ref[k]) != ref.begin() + k) ++k;
   ASSERT_LT(k, ref.size()) << "the reference repeats one token; pick another prompt";
-  ModelConfig config = testing::TinyConfig();
-  config.eos_token_id = ref[k];
-  std::unique_ptr<Engine> engine = Engine::FromWeights(RandomWeights(config, 7));
-  BatchSchedulerOptions o;
-  o.model_fingerprint = kFingerprint;
-  BatchScheduler s(engine.get(), o);
-  s.Start();
-  for (bool ignore_eos : {false, true}) {
-    SCOPED_TRACE(ignore_eos ? "ignore_eos" : "stops at eos");
-    AdmitRequest r = Request(ignore_eos ? "ignoring" : "stopping", 12, 8);
-    r.ignore_eos = ignore_eos;
-    r.local_prompt = prompt;
-    auto sink = std::make_shared<RecordingSink>();
-    ASSERT_TRUE(s.Admit(r, sink).ok());
-    ASSERT_TRUE(sink->WaitDone());
-    ASSERT_TRUE(sink->error().ok()) << sink->error();
-    const std::vector<int64_t> want(ref.begin(), ignore_eos ? ref.end() : ref.begin() + k + 1);
-    EXPECT_EQ(sink->tokens(), want);
-    EXPECT_EQ(sink->finishes().back(), ignore_eos ? FinishReason::kLength : FinishReason::kEos);
+  for (const bool in_list : {false, true}) {  // eos_token_id, or one of stop_token_ids
+    ModelConfig config = testing::TinyConfig();
+    if (in_list) {
+      config.eos_token_id.reset();
+      config.stop_token_ids = {ref[k]};
+    } else {
+      config.eos_token_id = ref[k];
+    }
+    std::unique_ptr<Engine> engine = Engine::FromWeights(RandomWeights(config, 7));
+    BatchSchedulerOptions o;
+    o.model_fingerprint = kFingerprint;
+    BatchScheduler s(engine.get(), o);
+    s.Start();
+    for (bool ignore_eos : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(ignore_eos ? "ignore_eos" : "stops at eos", in_list ? ", stop_token_ids" : ""));
+      AdmitRequest r = Request(ignore_eos ? "ignoring" : "stopping", 12, 8);
+      r.ignore_eos = ignore_eos;
+      r.local_prompt = prompt;
+      auto sink = std::make_shared<RecordingSink>();
+      ASSERT_TRUE(s.Admit(r, sink).ok());
+      ASSERT_TRUE(sink->WaitDone());
+      ASSERT_TRUE(sink->error().ok()) << sink->error();
+      const std::vector<int64_t> want(ref.begin(), ignore_eos ? ref.end() : ref.begin() + k + 1);
+      EXPECT_EQ(sink->tokens(), want);
+      EXPECT_EQ(sink->finishes().back(), ignore_eos ? FinishReason::kLength : FinishReason::kEos);
+    }
+    EXPECT_EQ(s.Load().kv_bytes_used, 0);
+    s.Shutdown();
   }
-  EXPECT_EQ(s.Load().kv_bytes_used, 0);
-  s.Shutdown();
 }
 
 class HandoffTest : public BatchSchedulerTest {

@@ -556,22 +556,32 @@ TEST_F(EngineTest, CacheCapStopsGenerationWithResourceExhausted) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
 }
 
+// eos_token_id, or any of stop_token_ids (gpt-oss's generation_config.json
+// list), ends generation unless ignored.
 TEST_F(EngineTest, EosStopsUnlessIgnored) {
   auto greedy = GenerateIds(*engine_, {}, true, 20);
-  ModelConfig c = testing::TinyConfig();
-  c.eos_token_id = greedy[5];
-  ModelWeights w = engine_->model().weights();
-  w.config = c;
-  auto engine = Engine::FromWeights(std::move(w));
-  GenerateRequest r;
-  r.prompt = Prompt();
-  r.max_new_tokens = 20;
-  auto out = engine->Generate(r);
-  ASSERT_TRUE(out.ok());
-  const size_t first = std::find(greedy.begin(), greedy.end(), greedy[5]) - greedy.begin();
-  EXPECT_EQ(out->size(), first + 1);
-  r.stop_at_eos = false;
-  EXPECT_EQ(engine->Generate(r)->size(), 20u);
+  for (const bool in_list : {false, true}) {
+    SCOPED_TRACE(in_list ? "stop_token_ids" : "eos_token_id");
+    ModelConfig c = testing::TinyConfig();
+    if (in_list) {
+      c.eos_token_id.reset();
+      c.stop_token_ids = {greedy[5]};
+    } else {
+      c.eos_token_id = greedy[5];
+    }
+    ModelWeights w = engine_->model().weights();
+    w.config = c;
+    auto engine = Engine::FromWeights(std::move(w));
+    GenerateRequest r;
+    r.prompt = Prompt();
+    r.max_new_tokens = 20;
+    auto out = engine->Generate(r);
+    ASSERT_TRUE(out.ok());
+    const size_t first = std::find(greedy.begin(), greedy.end(), greedy[5]) - greedy.begin();
+    EXPECT_EQ(out->size(), first + 1);
+    r.stop_at_eos = false;
+    EXPECT_EQ(engine->Generate(r)->size(), 20u);
+  }
 }
 
 TEST(EngineTrainingTest, ForwardIsDifferentiable) {

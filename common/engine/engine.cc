@@ -353,7 +353,7 @@ absl::StatusOr<std::vector<int64_t>> Engine::Generate(const GenerateRequest& req
     const int64_t tok = Sample(logits, req.sampling, static_cast<uint64_t>(n));
     out.push_back(tok);
     if (on_token && !on_token(tok)) break;
-    if (req.stop_at_eos && config().eos_token_id && tok == *config().eos_token_id) break;
+    if (req.stop_at_eos && config().IsStopToken(tok)) break;
     if (n + 1 == req.max_new_tokens) break;
     if (req.use_cache) {
       ASSIGN_OR_RETURN(at::Tensor step, DecodeStep({seq.get()}, {tok}));

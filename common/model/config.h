@@ -124,6 +124,15 @@ struct ModelConfig {
   // kHarmony.
   std::optional<ChatTemplate> chat_template;
 
+  // True when `id` ends generation: eos_token_id or one of stop_token_ids.
+  bool IsStopToken(int64_t id) const {
+    if (eos_token_id && id == *eos_token_id) return true;
+    for (int64_t s : stop_token_ids) {
+      if (id == s) return true;
+    }
+    return false;
+  }
+
   // Layer l is windowed iff l % 2 == 0 (docs/model.md).
   static bool IsWindowed(int64_t layer) { return layer % 2 == 0; }
   int64_t n_rep() const { return n_heads / n_kv_heads; }
