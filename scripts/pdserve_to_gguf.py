@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""pdserve_to_gguf.py: a pdserve checkpoint as a llama.cpp gpt-oss GGUF of the same shape.
+"""pdserve_to_gguf.py: a pdserve or a Hugging Face gpt-oss checkpoint as a llama.cpp gpt-oss GGUF.
 
 Usage: PYTHONPATH=.cache/llama/src/gguf-py python3 scripts/pdserve_to_gguf.py \
-           MODEL_DIR OUT.gguf [--outtype f32|bf16|f16]
+           MODEL_DIR OUT.gguf [--outtype f32|bf16|f16|q8_0|auto] [--tokenizer tokenizer.json]
 
-For scripts/bench_vs_llamacpp.sh: llama.cpp must load the model and run it
+The layout is detected: model.safetensors.index.json, or config.json with model_type gpt_oss,
+is the Hugging Face gpt-oss layout (openai/gpt-oss-20b, -120b, scripts/make_gptoss_checkpoint.py);
+anything else is pdserve's own GPT-OSS-Lite layout, converted exactly as before. The Hugging
+Face layout's conversion is scripts/gguf_hf_gptoss.py (llama.cpp's GptOssModel, byte for byte).
+
+pdserve's own layout, for scripts/bench_vs_llamacpp.sh: llama.cpp must load the model and run it
 at the same cost as pdserve, not compute the same numbers. Contents:
   read_checkpoint   config.json + model.safetensors (F32/BF16/F16) -> numpy f32
   moe_tensors       the shared expert becomes a 9th routed expert; top_k + 1
@@ -31,6 +36,9 @@ try:
 except ImportError:
     sys.exit("pdserve_to_gguf.py: needs llama.cpp's gguf-py on PYTHONPATH "
              "(.cache/llama/src/gguf-py, fetched by scripts/bench_vs_llamacpp.sh)")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_hf_gptoss import die, gpt2_byte_tokens, hf_convert, is_hf_layout, mxfp4_to_ggml  # noqa: E402,F401
 
 ROUTER_BIAS_SHARED = 30.0  # softmax weight of the always-on expert ~1
 
@@ -83,23 +91,6 @@ def moe_tensors(t, prefix, n_shared):
     router = np.concatenate([router, np.zeros((n_shared, d_model), np.float32)], axis=0)
     bias = np.concatenate([np.zeros(n_routed, np.float32), np.full(n_shared, ROUTER_BIAS_SHARED, np.float32)])
     return stacked, router, bias
-
-
-def gpt2_byte_tokens(vocab_size):
-    """A byte-level vocabulary (GPT-2 byte-to-unicode) padded with placeholders; one merge."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    tokens = [chr(c) for c in cs] + ["Ġt"]
-    tokens += [f"<|pd{i}|>" for i in range(len(tokens), vocab_size)]
-    types = [gguf.TokenType.NORMAL] * 257 + [gguf.TokenType.CONTROL] * (vocab_size - 257)
-    return tokens[:vocab_size], types[:vocab_size], ["Ġ t"]
 
 
 def write_metadata(w, c, n_experts, n_used):
@@ -188,8 +179,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model_dir")
     ap.add_argument("out")
-    ap.add_argument("--outtype", choices=["f32", "bf16", "f16"], default="f32")
+    ap.add_argument("--outtype", choices=["f32", "bf16", "f16", "q8_0", "auto"], default=None,
+                    help="weights other than the MXFP4 experts; default: f32 for a pdserve checkpoint, "
+                         "auto (as stored: bf16) for the Hugging Face layout; q8_0 and auto for the latter only")
+    ap.add_argument("--tokenizer", default=None,
+                    help="Hugging Face layout: tokenizer.json to use when MODEL_DIR has none "
+                         "(default .cache/tokenizers/gptoss/tokenizer.json); none: a byte-level placeholder")
     args = ap.parse_args()
+    if is_hf_layout(args.model_dir):
+        hf_convert(args.model_dir, args.out, args.outtype or "auto", args.tokenizer)
+        return
+    if args.outtype in ("q8_0", "auto"):
+        die(f"--outtype {args.outtype}: for the Hugging Face layout only (a pdserve checkpoint: f32, bf16, "
+            "f16; Q8_0 by llama-quantize)")
+    args.outtype = args.outtype or "f32"
     c, t = read_checkpoint(args.model_dir)
     n_shared = cfg(c, "n_shared_experts", 1)
     n_experts, n_used = c["n_experts"] + n_shared, c["top_k"] + n_shared
