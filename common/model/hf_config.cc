@@ -96,11 +96,12 @@ absl::Status ReadRope(const json& j, ModelConfig* c) {
   if (!r.is_object()) {
     return Bad(absl::StrCat("gpt-oss config.json '", name, "' must be an object, found ", JsonExcerpt(r)));
   }
-  for (const auto& [key, value] : r.items()) {
+  for (const auto& item : r.items()) {
     static const char* kRopeKeys[] = {"rope_type", "type", "factor", "original_max_position_embeddings",
                                       "beta_fast", "beta_slow", "truncate", "rope_theta"};
+    const std::string& key = item.key();
     if (std::none_of(std::begin(kRopeKeys), std::end(kRopeKeys), [&](const char* k) { return key == k; })) {
-      return Bad(absl::StrCat("gpt-oss config.json '", name, ".", key.substr(0, 64), "' (", JsonExcerpt(value),
+      return Bad(absl::StrCat("gpt-oss config.json '", name, ".", key.substr(0, 64), "' (", JsonExcerpt(item.value()),
                               ") is not implemented: pdserve's YaRN reads factor, original_max_position_embeddings, "
                               "beta_fast, beta_slow and truncate"));
     }

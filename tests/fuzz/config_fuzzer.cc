@@ -1,4 +1,5 @@
-// libFuzzer target: config.json parsing and validation (ParseModelConfig).
+// libFuzzer target: config.json parsing and validation (ParseModelConfig,
+// and ParseHfGptOssConfig for a Hugging Face gpt-oss config.json).
 //
 // Properties beyond "no crash, no sanitizer report":
 //   - an accepted config passes ValidateModelConfig, and its parameter counts
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "common/model/config.h"
+#include "common/model/hf_config.h"
 
 namespace {
 
@@ -22,8 +24,25 @@ void Fail(const char* what, const std::string& detail) {
 
 }  // namespace
 
+// A Hugging Face gpt-oss config: InvalidArgument with a bounded message, or
+// a valid config of that family.
+void CheckHf(const std::string& text) {
+  absl::StatusOr<pdserve::ModelConfig> c = pdserve::ParseHfGptOssConfig(text);
+  if (!c.ok()) {
+    if (c.status().code() != absl::StatusCode::kInvalidArgument) Fail("hf: unexpected code", c.status().ToString());
+    if (c.status().message().size() > 400) Fail("hf: unbounded error message", std::string(c.status().message()));
+    return;
+  }
+  if (c->family != pdserve::ModelFamily::kGptOss) Fail("hf: accepted as another family", c->ToJson());
+  if (!pdserve::ValidateModelConfig(*c).ok()) Fail("hf: accepted but invalid", c->ToJson());
+  for (int64_t id : c->stop_token_ids) {
+    if (id < 0 || id >= c->vocab_size) Fail("hf: stop id outside the vocabulary", c->ToJson());
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
+  if (pdserve::IsHfConfig(text)) CheckHf(text);
   absl::StatusOr<pdserve::ModelConfig> c = pdserve::ParseModelConfig(text);
   if (!c.ok()) {
     if (c.status().code() != absl::StatusCode::kInvalidArgument) Fail("unexpected code", c.status().ToString());
