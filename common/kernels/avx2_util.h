@@ -21,6 +21,17 @@ inline __m256 Load8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
+// An int8 block dot product: the 32 products w[i] * x[i] summed in pairs
+// of 4 (vpmaddubsw, vpmaddwd), as 8 exact int32 lanes in fp32. The caller
+// keeps |w| * |x| sums of two in int16 (|x|, |w| <= 127 in Q8_0; |w| <= 12
+// for MXFP4 codes).
+inline __m256 Int8BlockDot(__m256i w, __m256i x) {
+  const __m256i ax = _mm256_sign_epi8(x, x);  // |x| as unsigned
+  const __m256i sw = _mm256_sign_epi8(w, x);  // w with the sign of x
+  const __m256i pairs = _mm256_maddubs_epi16(ax, sw);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
 // One value, as Load8 reads it.
 inline float Load1(const float* p) { return *p; }
 inline float Load1(const uint16_t* p) {

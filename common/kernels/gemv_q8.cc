@@ -25,14 +25,6 @@ inline float HalfToFloat(const uint8_t* p) {
 
 inline __m256i Load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Sum of the 32 products of a block, as 8 int32 lanes. |x|, |w| <= 127 keep
-// vpmaddubsw's int16 pair sums in range (2 * 127 * 127 < 32767).
-inline __m256 BlockDot(__m256i w, __m256i x) {
-  const __m256i ax = _mm256_sign_epi8(x, x);  // |x| as unsigned
-  const __m256i sw = _mm256_sign_epi8(w, x);  // w with the sign of x
-  const __m256i pairs = _mm256_maddubs_epi16(ax, sw);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
 
 // One weight row against M quantized rows of x. Two accumulators per row
 // (even and odd blocks) break the FMA latency chain.
@@ -50,7 +42,7 @@ void DotRow(const int8_t* xq, const float* xs, int64_t K, const uint8_t* w, floa
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + m * nb + b));
-      acc[b & 1][m] = _mm256_fmadd_ps(BlockDot(qw, Load32(xq + m * K + b * kQ8Block)), d, acc[b & 1][m]);
+      acc[b & 1][m] = _mm256_fmadd_ps(avx2::Int8BlockDot(qw, Load32(xq + m * K + b * kQ8Block)), d, acc[b & 1][m]);
     }
   }
 #pragma GCC unroll 8

@@ -160,14 +160,6 @@ inline __m256i DoubledCodes(const uint8_t* q) {
   return _mm256_shuffle_epi8(lut, codes);
 }
 
-// 8 exact int32 sums of 4 products, as fp32. |x| <= 127, |w| <= 12 keep
-// vpmaddubsw's pair sums in int16.
-inline __m256 BlockDot(__m256i w, __m256i x) {
-  const __m256i ax = _mm256_sign_epi8(x, x);  // |x| as unsigned
-  const __m256i sw = _mm256_sign_epi8(w, x);  // w with the sign of x
-  const __m256i pairs = _mm256_maddubs_epi16(ax, sw);
-  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-}
 
 // Row n against M packed quantized rows of x; even blocks into acc[0],
 // odd ones into acc[1].
@@ -188,7 +180,7 @@ void DotRow(const int8_t* xq, const float* xs, const Mxfp4Matrix& W, int64_t n, 
     for (int m = 0; m < M; ++m) {
       const __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(xs + m * nb + b));
       const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * K + b * kMxfp4Block));
-      acc[b & 1][m] = _mm256_fmadd_ps(BlockDot(w, x), d, acc[b & 1][m]);
+      acc[b & 1][m] = _mm256_fmadd_ps(avx2::Int8BlockDot(w, x), d, acc[b & 1][m]);
     }
   }
 #pragma GCC unroll 4
