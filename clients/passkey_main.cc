@@ -65,6 +65,10 @@ ABSL_FLAG(bool, resume, false,
           "With --trials-jsonl: read the file first and run only the trials it lacks (or that ended in an RPC "
           "error); the table and verdict count its trials too. Refused when the file was made with another "
           "--protocol, --seed, --context-lengths, --max-new-tokens or --position.");
+ABSL_FLAG(int64_t, first_trial, 0,
+          "Run and count only the trials with index >= N of each length (a run split across machines or "
+          "sessions: N = the trials the other part did). The trials are planned as without it, so trial i has "
+          "the same passkey, position and prompt in every part.");
 ABSL_FLAG(bool, require_target, false, "Exit 3 when the largest length misses --target (default: exit 0 either way).");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "Tokens generated per trial (greedy).");
 ABSL_FLAG(double, deadline_s, 0, "Deadline of each RPC in seconds; 0 = none.");
@@ -174,6 +178,7 @@ struct Config {
   Options opt;
   pdserve::PasskeyRunSpec spec;  // protocol, seed, lengths, max_new_tokens, position
   int64_t n_trials = 0;
+  int64_t first_trial = 0;  // trials with a lower index are planned, not run
   double target = 0;
   int64_t concurrency = 0;
   std::string json_out;
@@ -206,6 +211,10 @@ void ParseProtocol(Config& c) {
   c.n_trials = absl::GetFlag(FLAGS_n_trials);
   if (c.n_trials == 0) c.n_trials = seed ? pdserve::kSeedTrialsPerLength : 5;
   if (c.n_trials < 1 || c.n_trials > pdserve::kPasskeySpace) Die("--n-trials must be in [1, 100000]", 2);
+  c.first_trial = absl::GetFlag(FLAGS_first_trial);
+  if (c.first_trial < 0 || c.first_trial >= c.n_trials) {
+    Die(absl::StrCat("--first-trial ", c.first_trial, " must be in [0, --n-trials ", c.n_trials, ")"), 2);
+  }
 }
 
 Config ParseConfig() {
@@ -458,6 +467,7 @@ void WriteJson(const Config& c, const Report& rep) {
   j["depth"] = seed ? ordered_json(nullptr) : ordered_json(c.spec.position.depth);
   j["seed"] = c.spec.seed;
   j["n_trials"] = c.n_trials;
+  j["first_trial"] = c.first_trial;
   j["target"] = c.target;
   j["max_new_tokens"] = c.opt.max_new_tokens;
   j["elapsed_s"] = rep.elapsed_s;
@@ -512,7 +522,7 @@ int main(int argc, char** argv) {
       "Passkey retrieval (Mohtashami & Jaggi, 2023) against a pdserve router.\n"
       "Usage: pdserve-passkey [--router HOST:PORT] [--protocol custom|seed] [--context-lengths 1024,2048,4096]\n"
       "       [--n-trials 5] [--position start|middle|end|DEPTH] [--seed 0] [--target 0.85] [--concurrency 4]\n"
-      "       [--json-out FILE] [--trials-jsonl FILE [--resume]] [--require-target] [--max-new-tokens 16]\n"
+      "       [--json-out FILE] [--trials-jsonl FILE [--resume]] [--first-trial N] [--require-target] [--max-new-tokens 16]\n"
       "       [--deadline-s S]\n"
       "Prompts are sized with the router's Tokenize RPC to each length (never over, under by less than\n"
       "one filler word; one filler per length, so a length's trials differ only in the passkey and where\n"
@@ -540,6 +550,10 @@ int main(int argc, char** argv) {
   CheckLengthsFit(stub.get(), c);
   Report rep;
   rep.trials = BuildTrials(stub.get(), c);
+  // --first-trial: the earlier trials were planned (so the rest keep their passkeys and prompts), not run.
+  rep.trials.erase(std::remove_if(rep.trials.begin(), rep.trials.end(),
+                                  [&](const PasskeyTrial& t) { return t.index < c.first_trial; }),
+                   rep.trials.end());
   std::unique_ptr<pdserve::PasskeyTrialsWriter> writer;
   if (!c.trials_jsonl.empty()) {
     if (c.resume) ApplyResume(c, resumed, &rep.trials);

@@ -11,7 +11,8 @@
 # Each finished trial is appended to OUT/passkey_trials.jsonl; RESUME=1
 # continues a run that was stopped (same MODEL, LENGTHS and seed; TRIALS may
 # grow) instead of starting it over. CONCURRENCY=N keeps N trials in flight
-# (default 1). COMPARE_PER_CELL=N compares only the
+# (default 1). FIRST_TRIAL=N runs only trials N.. of each length (a run split
+# across sessions; pdserve-passkey --first-trial). COMPARE_PER_CELL=N compares only the
 # first N trials of each position and length with pdserve-generate (default:
 # all). Run time on 2 cores: ~45 minutes for the served trials at the
 # defaults, and about as long again to compare every one of them in one
@@ -54,6 +55,7 @@ fi
 # decode; each trial's TTFT is then its own prefill plus that wait.
 "$B/clients/pdserve-passkey" --router "$ROUTER" --protocol seed --context-lengths "$LENGTHS" \
   --n-trials $((3 * TRIALS)) --seed 0 --concurrency "${CONCURRENCY:-1}" --target 0.85 --trials-jsonl "$JSONL" "${RESUME_FLAG[@]}" \
+  --first-trial "${FIRST_TRIAL:-0}" \
   --json-out "$OUT/passkey_seed.json" | tee "$OUT/passkey_seed.txt"
 bench_stop
 

@@ -13,7 +13,7 @@
 # Every test is named by its CTest name and mapped to the binary of its command (a filtered run
 # of another test's binary is built and run too); a name the tree does not define fails the run.
 # A skipped case fails it too unless scripts/test_skips.sh allows it on this machine.
-# Configures the tree (Ninja, -DPDSERVE_SANITIZE=MODE, RelWithDebInfo = -O1 -g), builds only
+# Configures the tree (Ninja, -DPDSERVE_SANITIZE=MODE, RelWithDebInfo = -O1 -g1), builds only
 # the targets those tests need, runs them with ctest -R, and fails on any test failure or any
 # sanitizer report, including reports of child processes (router/prefill/decode workers of
 # the chaos and e2e tests): every sanitizer writes to log_path under BUILD/sanitizer-logs/,
@@ -22,7 +22,9 @@
 # ctest's log fails the run too, and is printed at the end.
 # Environment: PDSERVE_SANITIZE_JOBS (ninja -j, default 2), PDSERVE_SANITIZE_CHAOS_N
 # (chaos requests, default 100; 0 leaves the chaos suite out), PDSERVE_SANITIZE_E2E=0 (leaves
-# reliability_e2e_test out: the slowest part of the run).
+# reliability_e2e_test out: the slowest part of the run), PDSERVE_SANITIZE_PRUNE=1 (after the
+# run, deletes the tree but its logs: asan_test and tsan_test set it, so CI's disk holds one
+# sanitized tree at a time; a developer's run keeps the tree for incremental rebuilds).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
@@ -200,5 +202,10 @@ if [[ -n $reports ]]; then
   rc=1
 fi
 echo "sanitize.sh $mode: build $((t_built - t_start)) s, tests $((t_end - t_built)) s," \
-  "$(wc -w <<<"$reports") sanitizer report file(s), ctest/exit rc=$rc"
+  "$(wc -w <<<"$reports") sanitizer report file(s), tree $(du -sm "$dir" | cut -f1) MiB, ctest/exit rc=$rc"
+if [[ ${PDSERVE_SANITIZE_PRUNE:-0} == 1 ]]; then
+  find "$dir" -mindepth 1 -maxdepth 1 ! -name sanitizer-logs ! -name sanitize-ctest.log ! -name Testing \
+    -exec rm -rf {} +
+  echo "sanitize.sh $mode: deleted $dir but its logs (PDSERVE_SANITIZE_PRUNE=1)"
+fi
 exit $rc

@@ -8,8 +8,9 @@
 #                         loopback (router_streams_e2e_test: 2,000
 #                         concurrent streams, ~45 s);
 #        image            k8s_image_build_test: the CPU image built with
-#                         buildah and served from (~5 min with its layer
-#                         cache in .cache/buildah, ~15 min cold);
+#                         buildah and served from (~15 min cold; it
+#                         deletes its storage after, unless
+#                         PDSERVE_IMAGE_CACHE=keep: then ~5 min warm);
 #        asan             asan_test: ASan + UBSan tree build-asan/, its unit
 #                         tests, chaos at N=100, reliability_e2e_test
 #                         (~14 min including the build);

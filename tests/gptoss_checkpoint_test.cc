@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/model/hf_config.h"
+#include "tests/gptoss_test_util.h"
 #include "tests/test_util.h"
 
 namespace pdserve {
@@ -19,10 +20,7 @@ namespace {
 
 std::string Generate(const testing::TempDir& dir, const std::string& extra) {
   const std::string out = dir.Sub("m");
-  const std::string cmd = std::string("/usr/bin/python3 ") + PDSERVE_SOURCE_DIR +
-                          "/scripts/make_gptoss_checkpoint.py --preset tiny --seed 6 --out " + out + " " + extra +
-                          " > " + dir.Sub("log") + " 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_TRUE(testing::MakeTinyGptOss(out, dir.Sub("log"), 6, extra)) << extra;
   return out;
 }
 
@@ -140,22 +138,6 @@ TEST(GptOssCheckpointTest, DamagedTensorsAreRefusedWithOneLine) {
     EXPECT_NE(msg.find(k.message), std::string::npos) << k.what << ": " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << k.what;
   }
-}
-
-// Until the engine builds gpt-oss: a good checkpoint is checked, then
-// refused as not implemented; a bad one gets its own error first.
-TEST(GptOssCheckpointTest, TheEngineChecksThenRefusesAsNotImplemented) {
-  testing::TempDir dir;
-  const std::string m = Generate(dir, "");
-  auto config = LoadModelConfig(m + "/config.json");
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::Status st = RefuseUnservedFamily(*config, m);
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(std::string(st.message()).find("tensors checked"), std::string::npos) << st;
-  std::filesystem::remove(m + "/model-00001-of-00003.safetensors");
-  st = RefuseUnservedFamily(*config, m);
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
-  EXPECT_TRUE(RefuseUnservedFamily(ModelConfig{}, m).ok());
 }
 
 TEST(GptOssCheckpointTest, ConfigsItCannotDescribeAreRefused) {

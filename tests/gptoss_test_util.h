@@ -19,6 +19,15 @@ inline std::string GptOssPath() {
   return std::string(PDSERVE_SOURCE_DIR) + "/.cache/tokenizers/gptoss/tokenizer.json";
 }
 
+// Writes scripts/make_gptoss_checkpoint.py's tiny preset (`seed`, `extra`
+// flags) into `out`, its output into `log`; true when the script succeeded.
+inline bool MakeTinyGptOss(const std::string& out, const std::string& log, int seed, const std::string& extra = "") {
+  const std::string cmd = std::string("/usr/bin/python3 ") + PDSERVE_SOURCE_DIR +
+                          "/scripts/make_gptoss_checkpoint.py --preset tiny --seed " + std::to_string(seed) +
+                          " --out " + out + " " + extra + " > " + log + " 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 inline constexpr char kGptOssMissing[] =
     "; run scripts/fetch_tokenizer.sh gptoss or set PDSERVE_GPTOSS_TOKENIZER_JSON";
 

@@ -5,8 +5,12 @@ if(NOT PDSERVE_SANITIZE OR PDSERVE_SANITIZE STREQUAL "OFF")
   # (scripts/test.sh); leave them out of a quick run with `ctest -LE 'gpu|asan|tsan'`.
   add_test(NAME asan_test COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/sanitize.sh address)
   add_test(NAME tsan_test COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/sanitize.sh thread)
-  set_tests_properties(asan_test PROPERTIES LABELS asan TIMEOUT 3000 RUN_SERIAL TRUE)
-  set_tests_properties(tsan_test PROPERTIES LABELS tsan TIMEOUT 3000 RUN_SERIAL TRUE)
+  # PDSERVE_SANITIZE_PRUNE=1: each deletes its tree (but the logs) when done, so CI's disk
+  # holds one sanitized tree at a time.
+  set_tests_properties(asan_test PROPERTIES LABELS asan TIMEOUT 3000 RUN_SERIAL TRUE
+                       ENVIRONMENT PDSERVE_SANITIZE_PRUNE=1)
+  set_tests_properties(tsan_test PROPERTIES LABELS tsan TIMEOUT 3000 RUN_SERIAL TRUE
+                       ENVIRONMENT PDSERVE_SANITIZE_PRUNE=1)
 elseif(PDSERVE_SANITIZE STREQUAL "address")
   # In build-asan/: the chaos suite at a size an ASan build can serve in CI
   # (PDSERVE_SANITIZE_CHAOS_N, set by scripts/sanitize.sh; 0 leaves it out). Its RSS bound

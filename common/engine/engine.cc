@@ -52,7 +52,6 @@ absl::Status CheckHostCanLoad(const std::string& dir, const EngineOptions& optio
   RETURN_IF_ERROR(HostIsa().status());
   auto config = LoadModelConfig((std::filesystem::path(dir) / "config.json").string());
   if (!config.ok()) return absl::OkStatus();
-  RETURN_IF_ERROR(RefuseUnservedFamily(*config, dir));
   const MemoryEstimate estimate =
       EstimateMemory(*config, options.weights_dtype, options.kv.dtype,
                      options.kv_budget_bytes + options.held_kv_sequences * HeldSequenceBytes(*config, options),

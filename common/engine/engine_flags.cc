@@ -12,10 +12,14 @@
 #include "common/model/fingerprint.h"
 #include "common/kernels/gemm_dnnl.h"
 #include "common/kernels/linear_int8.h"
+#include "common/model/moe_mxfp4.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + model.safetensors).");
+ABSL_FLAG(std::string, model, "",
+          "Checkpoint directory: pdserve's own (config.json + model.safetensors), or a Hugging Face gpt-oss "
+          "snapshot (config.json, model.safetensors.index.json and its shards, tokenizer.json; MXFP4 experts "
+          "read from the read-only mapping).");
 ABSL_FLAG(std::string, weights_dtype, "f32",
           "Matmul weights in memory: f32, bf16 or int8 (Q8_0: blocks of 32 int8 + an fp16 scale, quantized at load; "
           "the kernel: --q8-kernel).");
@@ -25,6 +29,10 @@ ABSL_FLAG(std::string, q8_kernel, "auto",
           "decode: vpdpbusd on AVX-512 VNNI CPUs, vpmaddubsw on AVX2 ones; PDSERVE_Q8_KMAJOR=0 keeps the rows), "
           "fma (x stays fp32: only the weights are rounded; the smaller error, slower from 4 sequences up) or "
           "auto (dot where the CPU has AVX2 + FMA + F16C, else fma).");
+ABSL_FLAG(std::string, mxfp4_kernel, "fma",
+          "Kernel of a gpt-oss checkpoint's MXFP4 experts: fma (activations stay fp32: only the weights' own "
+          "rounding) or dot (activations quantized to int8 per block of 32 as llama.cpp does: vpdpbusd on AVX-512 "
+          "VNNI CPUs; faster, changes numerics).");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache storage and hand-off: f32 or bf16 (bf16 halves the bytes moved).");
 ABSL_FLAG(int, threads, pdserve::EngineOptions{}.num_threads,
           "Intra-op threads; 0 = OMP_NUM_THREADS when set, else all cores.");
@@ -88,6 +96,10 @@ absl::StatusOr<EngineOptions> EngineOptionsFromCommandLine() {
   auto qk = ParseQ8Kernel(q8_kernel);
   if (!qk.ok()) return absl::InvalidArgumentError(absl::StrCat("--q8-kernel=", q8_kernel, ": ", qk.status().message()));
   SetQ8Kernel(*qk);
+  const std::string mxfp4_kernel = absl::GetFlag(FLAGS_mxfp4_kernel);
+  auto mk = ParseMxfp4Kernel(mxfp4_kernel);
+  if (!mk.ok()) return mk.status();
+  SetMoeMxfp4Kernel(*mk);
   SetPackF32Weights(absl::GetFlag(FLAGS_f32_packed_weights));
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads=", options.num_threads, ": must be >= 0"));

@@ -64,8 +64,10 @@ template <typename Bytes>
 int64_t SumPackedMatrices(const ModelConfig& c, const Bytes& pack) {
   const int64_t D = c.d_model, F = c.expert_hidden, hd = c.head_dim;
   const int64_t expert = pack(2 * F, D) + pack(D, F);
+  // gpt-oss: the MXFP4 experts are not packed (they stay in the mapping).
+  const int64_t dense_experts = c.family == ModelFamily::kGptOss ? 0 : c.n_experts + c.n_shared_experts;
   const int64_t layer = pack((c.n_heads + 2 * c.n_kv_heads) * hd, D) + pack(D, c.n_heads * hd) +
-                        (c.n_experts + c.n_shared_experts) * expert;
+                        dense_experts * expert;
   return c.n_layers * layer + pack(c.vocab_size, D);
 }
 
@@ -150,6 +152,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
     e.kmajor_bytes = Q8MatrixBytes(c, /*padded=*/true);
     if (!KMajorKeepsRowMajor()) e.weights_int8_bytes -= Q8MatrixBytes(c, /*padded=*/false);
   }
+  e.weights_mapped_bytes = Mxfp4ExpertBytes(c);
   // One buffer per calling thread (a prefill and a decode worker).
   e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
@@ -202,6 +205,9 @@ std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
   return absl::StrCat("memory estimate ", Bytes(e.total()), ": weights ", Bytes(e.weights_f32_bytes), " f32 + ",
                       Bytes(e.weights_bf16_bytes), " bf16",
                       e.weights_int8_bytes > 0 ? absl::StrCat(" + ", Bytes(e.weights_int8_bytes), " int8") : "",
+                      e.weights_mapped_bytes > 0
+                          ? absl::StrCat(" + ", Bytes(e.weights_mapped_bytes), " MXFP4 mapped (shared between processes)")
+                          : "",
                       ", f32 copies of bf16/int8 weights ", Bytes(e.widened_f32_bytes),
                       e.packed_f32_bytes > 0 ? absl::StrCat(", packed f32 weights ", Bytes(e.packed_f32_bytes)) : "",
                       e.kmajor_bytes > 0 ? absl::StrCat(", k-major packs ", Bytes(e.kmajor_bytes)) : "",

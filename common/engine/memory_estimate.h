@@ -26,6 +26,9 @@ struct MemoryEstimate {
   int64_t weights_f32_bytes = 0;   // tensors held in fp32
   int64_t weights_bf16_bytes = 0;  // matmul weights held in bf16
   int64_t weights_int8_bytes = 0;  // matmul weights held in Q8_0 rows (34 bytes per 32 values)
+  // gpt-oss: the MXFP4 experts, read from the checkpoint's read-only
+  // mapping (page cache, shared by every process that maps the same files).
+  int64_t weights_mapped_bytes = 0;
   // fp32 copies of bf16 or int8 weights made while running (the per-thread
   // widening buffer of Linear / LinearQ8 and the LM head's transient copy
   // in prefill); 0 in f32, with the amx path, with split for every shape
@@ -45,7 +48,8 @@ struct MemoryEstimate {
   int64_t kv_budget_bytes = 0;     // what the caller may reserve or hold for KV
   int64_t workspace_bytes = 0;     // one prefill chunk at max_context
   int64_t total() const {
-    return weights_f32_bytes + weights_bf16_bytes + weights_int8_bytes + widened_f32_bytes + packed_f32_bytes +
+    return weights_f32_bytes + weights_bf16_bytes + weights_int8_bytes + weights_mapped_bytes + widened_f32_bytes +
+           packed_f32_bytes +
            kmajor_bytes + kv_budget_bytes + workspace_bytes;
   }
 };

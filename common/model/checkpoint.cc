@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model/gptoss_checkpoint.h"
+#include "common/model/gptoss_weights.h"
 #include "common/kernels/linear_int8.h"
 #include "common/util/status_macros.h"
 
@@ -88,8 +88,8 @@ absl::StatusOr<ModelWeights> LoadCheckpoint(const std::string& dir, const LoadOp
     return absl::NotFoundError(absl::StrCat("model directory '", dir, "' does not exist"));
   }
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig((fs::path(dir) / "config.json").string()));
-  RETURN_IF_ERROR(RefuseUnservedFamily(config, dir));
   if (options.expected_config != nullptr) RETURN_IF_ERROR(CompareConfigs(*options.expected_config, config));
+  if (config.family == ModelFamily::kGptOss) return LoadGptOssWeights(dir, config, options.weights_dtype);
   ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open((fs::path(dir) / "model.safetensors").string()));
   RETURN_IF_ERROR(ValidateCheckpoint(*file, config));
 
@@ -114,6 +114,10 @@ absl::Status SaveCheckpoint(const ModelWeights& weights, const std::string& dir,
   namespace fs = std::filesystem;
   if (dtype != StDtype::kF32 && dtype != StDtype::kBF16 && dtype != StDtype::kF16) {
     return absl::InvalidArgumentError("checkpoint dtype must be F32, BF16 or F16");
+  }
+  if (weights.config.family == ModelFamily::kGptOss) {
+    return absl::InvalidArgumentError(
+        "gpt-oss weights are saved in their own (Hugging Face, MXFP4) layout only: pdserve does not write it");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

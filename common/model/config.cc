@@ -54,6 +54,14 @@ struct Checked {
   }
 };
 
+// A gpt-oss layer's biases: q, k, v and o, the router, and each expert's
+// gate|up and down; 0 for other families.
+int64_t GptOssLayerBiases(const ModelConfig& m, Checked& c) {
+  if (m.family != ModelFamily::kGptOss) return 0;
+  const int64_t attn = c.Add(c.Mul(c.Add(m.n_heads, c.Mul(2, m.n_kv_heads)), m.head_dim), m.d_model);
+  return c.Add(c.Add(attn, m.n_experts), c.Mul(m.n_experts, c.Add(c.Mul(2, m.expert_hidden), m.d_model)));
+}
+
 // The config's plain fields, in one table that both ToJson and
 // ParseModelConfig walk: the JSON key and the member it fills. sink_clamp,
 // tokenizer and eos_token_id have shapes of their own and are handled apart.
@@ -197,8 +205,9 @@ int64_t ModelConfig::TotalParams() const {
                              c.Add(c.Mul(n_heads, hd),                       // o_proj
                                    n_heads));                                // sink_bias
   const int64_t mlp = c.Mul(c.Mul(3, F), D);
-  const int64_t layer = c.Add(c.Add(c.Add(c.Mul(2, D), attn), c.Mul(n_experts, D)),
-                              c.Mul(c.Add(n_experts, n_shared_experts), mlp));
+  const int64_t layer = c.Add(c.Add(c.Add(c.Add(c.Mul(2, D), attn), c.Mul(n_experts, D)),
+                                    c.Mul(c.Add(n_experts, n_shared_experts), mlp)),
+                              GptOssLayerBiases(*this, c));
   const int64_t embed = c.Mul(c.Mul(vocab_size, D), tie_embeddings ? 1 : 2);
   const int64_t total = c.Add(c.Add(embed, c.Mul(n_layers, layer)), D);
   return c.ok ? total : std::numeric_limits<int64_t>::max();
@@ -206,7 +215,10 @@ int64_t ModelConfig::TotalParams() const {
 
 int64_t ModelConfig::ActiveParams() const {
   Checked c;
-  const int64_t inactive = c.Mul(c.Mul(c.Mul(c.Sub(n_experts, top_k), 3), expert_hidden), d_model);
+  // An expert's weights, and under gpt-oss its gate|up and down biases.
+  const int64_t expert = c.Add(c.Mul(c.Mul(3, expert_hidden), d_model),
+                               family == ModelFamily::kGptOss ? c.Add(c.Mul(2, expert_hidden), d_model) : 0);
+  const int64_t inactive = c.Mul(c.Sub(n_experts, top_k), expert);
   const int64_t total = TotalParams();
   const int64_t active = c.Sub(total, c.Mul(n_layers, inactive));
   return c.ok && total != std::numeric_limits<int64_t>::max() ? active : std::numeric_limits<int64_t>::max();

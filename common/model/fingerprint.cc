@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "common/model/moe_mxfp4.h"
 
 namespace pdserve {
 namespace {
@@ -55,6 +56,17 @@ std::string ModelFingerprint(const ModelWeights& weights) {
     h.String(nt.name);
     h.String(c10::str(t.sizes(), c10::toString(t.scalar_type())));
     h.Bytes(t.data_ptr(), t.nbytes());
+  }
+  // gpt-oss: the MXFP4 experts' e8m0 scales (1/17 of their bytes: a
+  // different checkpoint of the same shapes differs there too).
+  for (const LayerWeights& L : weights.layers) {
+    if (L.mxfp4 == nullptr) continue;
+    for (const auto* mats : {&L.mxfp4->gate_up, &L.mxfp4->down}) {
+      for (const Mxfp4Matrix& m : *mats) {
+        const int64_t rows = mats == &L.mxfp4->gate_up ? 2 * L.mxfp4->hidden : L.mxfp4->d_model;
+        h.Bytes(m.scales, rows * Mxfp4RowScales(m.K));
+      }
+    }
   }
   return absl::StrFormat("%016x", h.digest());
 }

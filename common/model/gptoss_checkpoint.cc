@@ -106,13 +106,4 @@ const StTensorView* GptOssCheckpoint::Find(const std::string& name) const {
   return known ? shards_->Find(name) : nullptr;
 }
 
-absl::Status RefuseUnservedFamily(const ModelConfig& config, const std::string& dir) {
-  if (config.family != ModelFamily::kGptOss) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::unique_ptr<GptOssCheckpoint> ckpt, GptOssCheckpoint::Open(dir, config));
-  return absl::UnimplementedError(absl::StrCat(
-      "'", dir.substr(0, 256), "' is a Hugging Face gpt-oss checkpoint (", config.n_layers, " layers, ",
-      config.n_experts, " MXFP4 experts, ", ckpt->num_tensors(), " tensors checked): its config, tokenizer and "
-      "tensors are read, but building the model from them is not implemented yet"));
-}
-
 }  // namespace pdserve

@@ -6,6 +6,7 @@
 //
 //   GptOssTensorSpec, GptOssTensorSpecs   what the config says the file holds
 //   GptOssCheckpoint::Open                the shards, checked against them
+// (gptoss_weights.h builds the model's weights from them.)
 #pragma once
 
 #include <memory>
@@ -61,11 +62,5 @@ class GptOssCheckpoint {
   std::unique_ptr<ShardedSafetensors> shards_;
   std::vector<GptOssTensorSpec> specs_;
 };
-
-// For a kGptOss config: GptOssCheckpoint::Open's errors for a bad file,
-// else Unimplemented naming `dir` and the model (its config, tokenizer and
-// tensors are checked; building the model from them is not implemented
-// yet). OK for any other family.
-absl::Status RefuseUnservedFamily(const ModelConfig& config, const std::string& dir);
 
 }  // namespace pdserve

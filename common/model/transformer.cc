@@ -132,13 +132,14 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
     LayerWeights& L = w_.layers[l];
     Fused f;
     f.qkv = place(at::cat({L.q_proj, L.kv_proj}, 0));
-    f.gate_up = place(at::cat({L.gate_proj, L.up_proj}, 1));
+    // gpt-oss: no dense experts (LayerWeights::mxfp4 stays in the mapping).
+    if (L.gate_proj.defined()) f.gate_up = place(at::cat({L.gate_proj, L.up_proj}, 1));
     for (size_t j = 0; j < L.shared_gate.size(); ++j) {
       f.shared.push_back(place(at::cat({L.shared_gate[j], L.shared_up[j]}, 0)));
       L.shared_down[j] = place(L.shared_down[j]);
     }
     L.o_proj = place(L.o_proj);
-    L.down_proj = place(L.down_proj);
+    if (L.down_proj.defined()) L.down_proj = place(L.down_proj);
     fused_.push_back(std::move(f));
     BindFusedViews(l);
   }
@@ -156,8 +157,10 @@ void Transformer::BindFusedViews(size_t l) {
   const Fused& f = fused_[l];
   L.q_proj = f.qkv.narrow(0, 0, q_rows);
   L.kv_proj = f.qkv.narrow(0, q_rows, f.qkv.size(0) - q_rows);
-  L.gate_proj = f.gate_up.narrow(1, 0, F);
-  L.up_proj = f.gate_up.narrow(1, F, F);
+  if (f.gate_up.defined()) {
+    L.gate_proj = f.gate_up.narrow(1, 0, F);
+    L.up_proj = f.gate_up.narrow(1, F, F);
+  }
   for (size_t j = 0; j < f.shared.size(); ++j) {
     L.shared_gate[j] = f.shared[j].narrow(0, 0, F);
     L.shared_up[j] = f.shared[j].narrow(0, F, F);
@@ -186,7 +189,7 @@ void Transformer::PackLayerWeights() {
     // down, the shared ones.
     add(f.qkv);
     add(L.o_proj);
-    for (int64_t e = 0; e < f.gate_up.size(0); ++e) {
+    for (int64_t e = 0; f.gate_up.defined() && e < f.gate_up.size(0); ++e) {
       add(f.gate_up.select(0, e));
       add(L.down_proj.select(0, e));
     }
@@ -208,6 +211,7 @@ void Transformer::PackKMajor() {
   HugePageArena arena;
   const bool keep = KMajorKeepsRowMajor();
   const auto pack = [&](at::Tensor* w) {
+    if (!w->defined()) return false;  // gpt-oss: no dense experts
     if (!(w->scalar_type() == at::kBFloat16 ? bf16 : IsQ8(*w) && q8)) return false;
     if (keep) return packs->Add(*w, &arena);
     // The values are about to go: the fingerprint hashes them first, once.
@@ -480,12 +484,18 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
     at::Tensor h = RmsNorm(x, L.norm1, c.norm_eps);
     at::Tensor q, kv;
     if (!fused_.empty()) {
-      const at::Tensor qkv = Linear(h, fused_[l].qkv);
+      at::Tensor qkv = Linear(h, fused_[l].qkv);
+      if (L.qkv_bias.defined()) qkv = qkv + L.qkv_bias;  // gpt-oss
       q = qkv.narrow(1, 0, H * d).reshape({N, H, d});
       kv = qkv.narrow(1, H * d, 2 * K * d);
     } else {
-      q = Linear(h, L.q_proj).view({N, H, d});
+      q = Linear(h, L.q_proj);
       kv = Linear(h, L.kv_proj);
+      if (L.qkv_bias.defined()) {
+        q = q + L.qkv_bias.narrow(0, 0, H * d);
+        kv = kv + L.qkv_bias.narrow(0, H * d, 2 * K * d);
+      }
+      q = q.view({N, H, d});
     }
     q = Rope::Apply(q, cos[g], sin[g]);
     at::Tensor k = Rope::Apply(kv.narrow(1, 0, K * d).view({N, K, d}), cos[g], sin[g]);
@@ -495,7 +505,9 @@ absl::StatusOr<at::Tensor> Transformer::ForwardImpl(const at::Tensor& ids, const
                                           ? DecodeStepAttention(l, q, k, v, segments, (*sinks)[l])
                                           : SegmentAttention(l, q, k, v, segments, (*sinks)[l]));
     if (options.after_layer) RETURN_IF_ERROR(options.after_layer(l));
-    x = x + Linear(attn, L.o_proj);
+    at::Tensor o = Linear(attn, L.o_proj);
+    if (L.o_bias.defined()) o = o + L.o_bias;  // gpt-oss
+    x = x + o;
     x = x + Moe(l, RmsNorm(x, L.norm2, c.norm_eps));
   }
 

@@ -14,6 +14,7 @@
 #include "common/kernels/gemv_matrix.h"
 #include "common/kernels/gemv_q8.h"
 #include "common/kernels/gemv_tiles.h"
+#include "common/model/moe_mxfp4.h"
 #include "common/model/transformer.h"
 
 namespace pdserve {
@@ -221,8 +222,17 @@ at::Tensor Transformer::Moe(int64_t layer, const at::Tensor& h) const {
   const LayerWeights& L = w_.layers[layer];
   const int64_t N = h.size(0);
   at::Tensor logits = LinearRowwise(h, L.router);  // [N, E]; any N: the same bits per row
+  if (L.router_bias.defined()) logits = logits + L.router_bias;
   at::Tensor idx = TopKExperts(logits, config().top_k);
   at::Tensor gates = TopKGates(logits, idx);  // [N, top_k]
+  if (L.mxfp4 != nullptr) {
+    // gpt-oss: the experts stay MXFP4 in the mapping (moe_mxfp4.h), any N.
+    const at::Tensor hc = h.to(at::kFloat).contiguous(), g = gates.contiguous();
+    at::Tensor out = at::empty({N, h.size(1)}, at::kFloat);
+    MoeMxfp4(*L.mxfp4, hc.data_ptr<float>(), N, idx.data_ptr<int64_t>(), g.data_ptr<float>(), config().top_k,
+             out.data_ptr<float>());
+    return out;
+  }
 
   // Decode-sized batches through the decode kernels: every expert's
   // matmuls in two parallel regions instead of 2 per expert, and no

@@ -9,6 +9,14 @@
 
 namespace pdserve {
 
+int64_t Mxfp4ExpertBytes(const ModelConfig& c) {
+  if (c.family != ModelFamily::kGptOss) return 0;
+  const int64_t D = c.d_model, F = c.expert_hidden;
+  // Per expert: gate|up [2F, D] and down [D, F] at 17 bytes per 32 weights
+  // (16 of codes, 1 scale); their biases are NamedTensors.
+  return c.n_layers * c.n_experts * (2 * F * D + D * F) / 32 * 17;
+}
+
 std::vector<NamedTensor> NamedTensors(ModelWeights* w) {
   const ModelConfig& c = w->config;
   const int64_t V = c.vocab_size, D = c.d_model, H = c.n_heads, K = c.n_kv_heads, d = c.head_dim,
@@ -26,6 +34,15 @@ std::vector<NamedTensor> NamedTensors(ModelWeights* w) {
     out.push_back({p + "attn.sink_bias", {H}, &L.sink_bias, false});
     out.push_back({p + "norm2.weight", {D}, &L.norm2, false});
     out.push_back({p + "moe.router.weight", {E, D}, &L.router, false});
+    if (c.family == ModelFamily::kGptOss) {
+      // Its biases; the MXFP4 experts are no at::Tensors (Mxfp4ExpertBytes).
+      out.push_back({p + "attn.qkv_bias", {H * d + 2 * K * d}, &L.qkv_bias, false});
+      out.push_back({p + "attn.o_bias", {D}, &L.o_bias, false});
+      out.push_back({p + "moe.router.bias", {E}, &L.router_bias, false});
+      out.push_back({p + "moe.experts.gate_up_bias", {E, 2 * F}, &L.gate_up_bias, false});
+      out.push_back({p + "moe.experts.down_bias", {E, D}, &L.down_bias, false});
+      continue;
+    }
     out.push_back({p + "moe.experts.gate_proj", {E, F, D}, &L.gate_proj, true});
     out.push_back({p + "moe.experts.up_proj", {E, F, D}, &L.up_proj, true});
     out.push_back({p + "moe.experts.down_proj", {E, D, F}, &L.down_proj, true});
@@ -72,7 +89,7 @@ int64_t WeightBytes(const ModelWeights& w) {
   for (const NamedTensor& nt : NamedTensors(&mw)) {
     if (nt.tensor->defined()) bytes += nt.tensor->numel() * nt.tensor->element_size();
   }
-  return bytes;
+  return bytes + Mxfp4ExpertBytes(w.config);
 }
 
 }  // namespace pdserve

@@ -15,7 +15,9 @@
 # Docker Hub) and cached in .cache/images/. The storage (with its layer
 # cache: the apt stages stay tagged as localhost/pdserve-cache:*, so a
 # rebuild after a source change skips them; the rest is pruned) is
-# .cache/buildah/; `rm -rf .cache/buildah` frees it.
+# .cache/buildah/ and is kept only with PDSERVE_IMAGE_CACHE=keep: by default
+# the test deletes it when done (several GB: CI's disk must then hold the
+# sanitized trees).
 #
 # Skips without buildah (Debian: buildah; debootstrap for the base image),
 # when not root, or when PDSERVE_SKIP_IMAGE_TEST=1. A cold build takes about
@@ -62,6 +64,11 @@ cleanup_image() {
   [ -n "$CTR" ] && bah rm "$CTR" >/dev/null 2>&1 || true
   bah rmi "$IMAGE" >/dev/null 2>&1 || true
   bah rmi --prune >/dev/null 2>&1 || true
+  if [ "${PDSERVE_IMAGE_CACHE:-drop}" != keep ]; then
+    bah rmi --all --force >/dev/null 2>&1 || true
+    echo "storage: $(du -sm "$CACHE/buildah/$DRIVER" 2>/dev/null | cut -f1) MiB, deleted (PDSERVE_IMAGE_CACHE=keep keeps it)"
+    rm -rf "${CACHE:?}/buildah/$DRIVER"
+  fi
   [ -n "${WORK:-}" ] && rm -rf "$WORK"
   exit $rc
 }
