@@ -78,7 +78,11 @@ TEST_F(GptOssWeightsTest, LoadsDenseTensorsAndMapsTheExperts) {
   // The estimate names the mapped bytes apart.
   const MemoryEstimate e = EstimateMemory(c, WeightsDtype::kF32, KvDtype::kF32, 0, 64, Bf16Matmul::kWiden, false);
   EXPECT_EQ(e.weights_mapped_bytes, experts);
-  EXPECT_NE(DescribeMemory(e, MemoryLimit{}).find("MXFP4 mapped"), std::string::npos);
+  EXPECT_NE(DescribeMemory(e, MemoryLimit{}).find("mapped from the checkpoint"), std::string::npos);
+  // In bf16 the embedding, head, q and o are mapped too, and nothing is packed.
+  const MemoryEstimate b = EstimateMemory(c, WeightsDtype::kBF16, KvDtype::kF32, 0, 64, Bf16Matmul::kKMajor, false);
+  EXPECT_EQ(b.weights_mapped_bytes, experts + 2 * (2 * c.vocab_size * D + c.n_layers * 2 * H * d * D));
+  EXPECT_EQ(b.kmajor_bytes, 0);
 }
 
 // Three prompts in one forward give each the logits it gets alone, bit for
@@ -161,6 +165,34 @@ TEST_F(GptOssWeightsTest, LogitsMatchTheReference) {
                   *precision ? precision : "(fp32)", err, peak, err / peak);
     }
   }
+}
+
+// --weights-dtype bf16 on a checkpoint stored in bf16: embedding, head, q
+// and o are views of the mapping (no private copy), and the logits are
+// those of the f32 load (the same values, widened exactly).
+TEST_F(GptOssWeightsTest, Bf16MatricesStayInTheMapping) {
+  LoadOptions bf16;
+  bf16.weights_dtype = WeightsDtype::kBF16;
+  auto mapped = LoadCheckpoint(Model("a"), bf16);
+  auto f32 = LoadCheckpoint(Model("a"));
+  ASSERT_TRUE(mapped.ok() && f32.ok());
+  EXPECT_TRUE(mapped->matrices_mapped);
+  EXPECT_FALSE(f32->matrices_mapped);
+  EXPECT_EQ(mapped->head.scalar_type(), at::kBFloat16);
+  EXPECT_FALSE(mapped->head.storage().data_ptr().get_context());  // from_blob: no owner, the mapping's memory
+  EXPECT_TRUE(at::equal(mapped->layers[1].q_proj.to(at::kFloat), f32->layers[1].q_proj));
+  const int64_t V = f32->config.vocab_size;
+  std::vector<int64_t> ids;
+  for (int64_t n = 0; n < 300; ++n) ids.push_back((n * 7919 + 13) % V);
+  const Transformer a(*std::move(mapped)), b(*std::move(f32));
+  for (const int64_t T : {int64_t{300}, int64_t{3}}) {  // prefill, and a decode-sized forward
+    const at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + T), at::kLong);
+    auto la = a.Forward(x, {{nullptr, 0, T}}), lb = b.Forward(x, {{nullptr, 0, T}});
+    ASSERT_TRUE(la.ok() && lb.ok());
+    const double peak = lb->abs().max().item<double>(), err = (*la - *lb).abs().max().item<double>();
+    EXPECT_LE(err, 1e-5 * peak) << T << " tokens: max |bf16 mapped - f32| " << err << ", peak " << peak;
+  }
+  EXPECT_EQ(a.Fingerprint(), a.Fingerprint());
 }
 
 // The fingerprint tells two checkpoints of the same shapes apart, and is

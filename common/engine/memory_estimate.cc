@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -109,6 +110,15 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
   ModelWeights shapes;
   shapes.config = c;
   int64_t largest_buffered = 0, unbuffered = 0;
+  // gpt-oss in bf16 (as published) loaded in bf16: embedding, head, q and o
+  // are views of the checkpoint's mapping (gptoss_weights.h), shared, never
+  // packed; the head multiplies only the last rows (the row kernels).
+  const bool gptoss_mapped = c.family == ModelFamily::kGptOss && weights_dtype == WeightsDtype::kBF16;
+  const auto is_mapped = [&](const std::string& name) {
+    const auto ends = [&](const char* s) { return absl::EndsWith(name, s); };
+    return gptoss_mapped && (name == "embed.weight" || name == "head.weight" || ends(".attn.q_proj.weight") ||
+                             ends(".attn.o_proj.weight"));
+  };
   for (const NamedTensor& nt : NamedTensors(&shapes)) {
     const int64_t n = Numel(nt.shape);
     if (packed_f32 && nt.is_matmul_weight && nt.name.rfind("blocks.", 0) == 0) {
@@ -127,7 +137,9 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       if (slice <= kMaxWidenBuffered) largest_buffered = std::max(largest_buffered, 4 * slice);
       else unbuffered = std::max(unbuffered, 4 * slice);
     } else if (weights_dtype == WeightsDtype::kBF16 && nt.is_matmul_weight) {
-      e.weights_bf16_bytes += 2 * n;
+      const bool mapped = is_mapped(nt.name);
+      (mapped ? e.weights_mapped_bytes : e.weights_bf16_bytes) += 2 * n;
+      if (mapped && nt.shape[0] == c.vocab_size) continue;  // a lookup, and the last rows' logits
       // Experts are multiplied one [F, D] slice at a time.
       const int64_t slice = nt.shape.size() == 3 ? n / nt.shape[0] : n;
       const int64_t cols = nt.shape.back();
@@ -143,7 +155,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
       e.weights_f32_bytes += 4 * n;
     }
   }
-  if (weights_dtype == WeightsDtype::kBF16 && PacksKMajor(bf16_matmul)) {
+  if (weights_dtype == WeightsDtype::kBF16 && PacksKMajor(bf16_matmul) && !gptoss_mapped) {
     e.kmajor_bytes = KMajorMatrixBytes(c, /*padded=*/true);
     // The packs take the row-major matrices' place (kmajor_packs.h).
     if (!KMajorKeepsRowMajor()) e.weights_bf16_bytes -= KMajorMatrixBytes(c, /*padded=*/false);
@@ -152,7 +164,7 @@ MemoryEstimate EstimateMemory(const ModelConfig& c, WeightsDtype weights_dtype, 
     e.kmajor_bytes = Q8MatrixBytes(c, /*padded=*/true);
     if (!KMajorKeepsRowMajor()) e.weights_int8_bytes -= Q8MatrixBytes(c, /*padded=*/false);
   }
-  e.weights_mapped_bytes = Mxfp4ExpertBytes(c);
+  e.weights_mapped_bytes += Mxfp4ExpertBytes(c);
   // One buffer per calling thread (a prefill and a decode worker).
   e.widened_f32_bytes = 2 * largest_buffered + unbuffered;
   e.kv_budget_bytes = std::max<int64_t>(0, kv_budget_bytes);
@@ -206,7 +218,7 @@ std::string DescribeMemory(const MemoryEstimate& e, const MemoryLimit& limit) {
                       Bytes(e.weights_bf16_bytes), " bf16",
                       e.weights_int8_bytes > 0 ? absl::StrCat(" + ", Bytes(e.weights_int8_bytes), " int8") : "",
                       e.weights_mapped_bytes > 0
-                          ? absl::StrCat(" + ", Bytes(e.weights_mapped_bytes), " MXFP4 mapped (shared between processes)")
+                          ? absl::StrCat(" + ", Bytes(e.weights_mapped_bytes), " mapped from the checkpoint (shared between processes)")
                           : "",
                       ", f32 copies of bf16/int8 weights ", Bytes(e.widened_f32_bytes),
                       e.packed_f32_bytes > 0 ? absl::StrCat(", packed f32 weights ", Bytes(e.packed_f32_bytes)) : "",

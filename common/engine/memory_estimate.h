@@ -26,8 +26,9 @@ struct MemoryEstimate {
   int64_t weights_f32_bytes = 0;   // tensors held in fp32
   int64_t weights_bf16_bytes = 0;  // matmul weights held in bf16
   int64_t weights_int8_bytes = 0;  // matmul weights held in Q8_0 rows (34 bytes per 32 values)
-  // gpt-oss: the MXFP4 experts, read from the checkpoint's read-only
-  // mapping (page cache, shared by every process that maps the same files).
+  // gpt-oss: the MXFP4 experts, and with bf16 weights the embedding, head,
+  // q and o too, read from the checkpoint's read-only mapping (page cache,
+  // shared by every process that maps the same files).
   int64_t weights_mapped_bytes = 0;
   // fp32 copies of bf16 or int8 weights made while running (the per-thread
   // widening buffer of Linear / LinearQ8 and the LM head's transient copy

@@ -28,6 +28,13 @@ class TensorReader {
     return t == at::kFloat ? view.clone() : view.to(at::kFloat);
   }
   const StTensorView& View(const std::string& name) const { return *ckpt_.Find(name); }
+  // A bf16 tensor as a view of the read-only mapping (no copy), or
+  // undefined when it is stored in another dtype.
+  at::Tensor MappedBf16(const std::string& name) const {
+    const StTensorView& v = *ckpt_.Find(name);
+    if (v.dtype != StDtype::kBF16) return at::Tensor();
+    return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(at::kBFloat16));
+  }
 
  private:
   const GptOssCheckpoint& ckpt_;
@@ -55,16 +62,24 @@ std::shared_ptr<const Mxfp4Experts> ExpertViews(const ModelConfig& c, const Tens
   return ex;
 }
 
-void ReadLayer(const ModelConfig& c, const TensorReader& r, int64_t l, WeightsDtype dtype, LayerWeights& L) {
+// A matrix in `dtype`: a view of the mapping where `mapped` (bf16 stored,
+// bf16 wanted), else converted from fp32.
+at::Tensor Matrix(const TensorReader& r, const std::string& name, WeightsDtype dtype, bool mapped) {
+  if (mapped) return r.MappedBf16(name);
+  return ConvertWeight(r.F32(name), /*matmul=*/true, dtype);
+}
+
+void ReadLayer(const ModelConfig& c, const TensorReader& r, int64_t l, WeightsDtype dtype, bool mapped,
+               LayerWeights& L) {
   const std::string p = absl::StrCat("model.layers.", l, ".");
   const auto matmul = [&](const at::Tensor& t) { return ConvertWeight(t, /*matmul=*/true, dtype); };
   L.norm1 = r.F32(p + "input_layernorm.weight");
   L.norm2 = r.F32(p + "post_attention_layernorm.weight");
-  L.q_proj = matmul(r.F32(p + "self_attn.q_proj.weight"));
+  L.q_proj = Matrix(r, p + "self_attn.q_proj.weight", dtype, mapped);
   L.kv_proj = matmul(at::cat({r.F32(p + "self_attn.k_proj.weight"), r.F32(p + "self_attn.v_proj.weight")}, 0));
   L.qkv_bias = at::cat({r.F32(p + "self_attn.q_proj.bias"), r.F32(p + "self_attn.k_proj.bias"),
                         r.F32(p + "self_attn.v_proj.bias")});
-  L.o_proj = matmul(r.F32(p + "self_attn.o_proj.weight"));
+  L.o_proj = Matrix(r, p + "self_attn.o_proj.weight", dtype, mapped);
   L.o_bias = r.F32(p + "self_attn.o_proj.bias");
   L.sink_bias = r.F32(p + "self_attn.sinks");
   L.router = r.F32(p + "mlp.router.weight");
@@ -84,12 +99,21 @@ absl::StatusOr<ModelWeights> LoadGptOssWeights(const std::string& dir, const Mod
   ModelWeights w;
   w.config = config;
   w.storage = ckpt;
+  // bf16 wanted and every big matrix stored in bf16 (as published): those
+  // stay in the mapping, shared with every process that maps the files.
+  bool mapped = dtype == WeightsDtype::kBF16 && r.MappedBf16("model.embed_tokens.weight").defined() &&
+                r.MappedBf16("lm_head.weight").defined();
+  for (int64_t l = 0; mapped && l < config.n_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".self_attn.");
+    mapped = r.MappedBf16(p + "q_proj.weight").defined() && r.MappedBf16(p + "o_proj.weight").defined();
+  }
+  w.matrices_mapped = mapped;
   try {
-    w.embed = ConvertWeight(r.F32("model.embed_tokens.weight"), /*matmul=*/true, dtype);
-    w.head = ConvertWeight(r.F32("lm_head.weight"), /*matmul=*/true, dtype);
+    w.embed = Matrix(r, "model.embed_tokens.weight", dtype, mapped);
+    w.head = Matrix(r, "lm_head.weight", dtype, mapped);
     w.norm = r.F32("model.norm.weight");
     w.layers.resize(config.n_layers);
-    for (int64_t l = 0; l < config.n_layers; ++l) ReadLayer(config, r, l, dtype, w.layers[l]);
+    for (int64_t l = 0; l < config.n_layers; ++l) ReadLayer(config, r, l, dtype, mapped, w.layers[l]);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("converting gpt-oss checkpoint '", dir.substr(0, 256), "' failed: ", e.what_without_backtrace()));

@@ -17,7 +17,9 @@ namespace pdserve {
 // the same directory): q, k|v and o with their biases, sinks, norms, router
 // and its bias, embedding and head in `dtype` (ConvertWeight); per layer,
 // Mxfp4Experts views of the blocks and scales, which ModelWeights::storage
-// keeps mapped. Internal when a conversion fails.
+// keeps mapped. With dtype kBF16 and those matrices stored in bf16 (as
+// published), embedding, head, q and o are views of the mapping too
+// (ModelWeights::matrices_mapped). Internal when a conversion fails.
 absl::StatusOr<ModelWeights> LoadGptOssWeights(const std::string& dir, const ModelConfig& config,
                                                WeightsDtype dtype);
 

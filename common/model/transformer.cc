@@ -125,6 +125,13 @@ Transformer::Transformer(ModelWeights weights) : w_(std::move(weights)), rope_(w
                                     [](const LayerWeights& L) { return L.q_proj.requires_grad(); });
   if (training) return;
   at::NoGradGuard no_grad;
+  if (w_.matrices_mapped) {
+    // Read-only views of the checkpoint's mapping (gpt-oss in bf16): used
+    // as they are, row-major; fused, moved or packed they would be private
+    // copies. Hashed once here (ModelFingerprint reads every byte).
+    fingerprint_ = ModelFingerprint(w_);
+    return;
+  }
   // Fused products, then every weight decode streams on 2 MiB pages.
   HugePageArena arena;
   auto place = [&arena](const at::Tensor& t) { return PlaceOnHugePages(&arena, t); };

@@ -49,6 +49,11 @@ struct ModelWeights {
   // What the layers' views point into (gpt-oss: the mapped shards); null
   // when every tensor owns its memory.
   std::shared_ptr<const void> storage;
+  // embed, head and every layer's q_proj and o_proj are read-only views of
+  // `storage` (gpt-oss stored in bf16, loaded with --weights-dtype bf16):
+  // the Transformer neither fuses, moves nor packs them, so processes that
+  // map the same files share their pages.
+  bool matrices_mapped = false;
 };
 
 // One named tensor slot of the checkpoint table.

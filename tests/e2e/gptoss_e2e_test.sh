@@ -86,6 +86,10 @@ c7=$(gen "$WORK/m" "$P" --prefill-chunk 7 $SAMPLED)
 ok "sampled, chunks of 7: the same tokens"
 check "greedy, a 5-token prompt (inside the window)" "$WORK/m" 3,200001,17,99999,4242
 
+bf=$(gen "$WORK/m" "$P" --weights-dtype bf16)
+[ "$bf" == "$GREEDY" ] || fail "--weights-dtype bf16 (matrices read from the mapping) gave $bf, f32 $GREEDY"
+ok "--weights-dtype bf16 (embedding, head, q and o read from the mapping): f32's tokens"
+
 echo "--- the rope_parameters spelling (rope_theta inside) of the same model"
 $MAKE --preset tiny --out "$WORK/rp" --seed 1 --rope-parameters >/dev/null
 grep -q '"rope_parameters"' "$WORK/rp/config.json" || fail "no rope_parameters in $(cat "$WORK/rp/config.json")"
