@@ -21,19 +21,17 @@ class TensorReader {
 
   // A float tensor (F32 or BF16 as stored) copied out of the mapping, as fp32.
   at::Tensor F32(const std::string& name) const {
-    const StTensorView& v = *ckpt_.Find(name);  // Open checked every spec's
-    const at::ScalarType t = v.dtype == StDtype::kBF16 ? at::kBFloat16 : at::kFloat;
-    // from_blob does not own the (read-only) mapping; .to/.clone copy out.
-    const at::Tensor view = at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(t));
-    return t == at::kFloat ? view.clone() : view.to(at::kFloat);
+    const at::Tensor view = Mapped(name);
+    return view.scalar_type() == at::kFloat ? view.clone() : view.to(at::kFloat);
   }
-  const StTensorView& View(const std::string& name) const { return *ckpt_.Find(name); }
-  // A bf16 tensor as a view of the read-only mapping (no copy), or
-  // undefined when it is stored in another dtype.
-  at::Tensor MappedBf16(const std::string& name) const {
-    const StTensorView& v = *ckpt_.Find(name);
-    if (v.dtype != StDtype::kBF16) return at::Tensor();
-    return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(at::kBFloat16));
+  const StTensorView& View(const std::string& name) const { return *ckpt_.Find(name); }  // Open checked every spec's
+  bool StoredBf16(const std::string& name) const { return View(name).dtype == StDtype::kBF16; }
+  // A float tensor as a view of the read-only mapping (no copy; from_blob
+  // does not own it), in its stored dtype.
+  at::Tensor Mapped(const std::string& name) const {
+    const StTensorView& v = View(name);
+    const at::ScalarType t = v.dtype == StDtype::kBF16 ? at::kBFloat16 : at::kFloat;
+    return at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::TensorOptions().dtype(t));
   }
 
  private:
@@ -65,7 +63,7 @@ std::shared_ptr<const Mxfp4Experts> ExpertViews(const ModelConfig& c, const Tens
 // A matrix in `dtype`: a view of the mapping where `mapped` (bf16 stored,
 // bf16 wanted), else converted from fp32.
 at::Tensor Matrix(const TensorReader& r, const std::string& name, WeightsDtype dtype, bool mapped) {
-  if (mapped) return r.MappedBf16(name);
+  if (mapped) return r.Mapped(name);
   return ConvertWeight(r.F32(name), /*matmul=*/true, dtype);
 }
 
@@ -101,11 +99,11 @@ absl::StatusOr<ModelWeights> LoadGptOssWeights(const std::string& dir, const Mod
   w.storage = ckpt;
   // bf16 wanted and every big matrix stored in bf16 (as published): those
   // stay in the mapping, shared with every process that maps the files.
-  bool mapped = dtype == WeightsDtype::kBF16 && r.MappedBf16("model.embed_tokens.weight").defined() &&
-                r.MappedBf16("lm_head.weight").defined();
+  bool mapped = dtype == WeightsDtype::kBF16 && r.StoredBf16("model.embed_tokens.weight") &&
+                r.StoredBf16("lm_head.weight");
   for (int64_t l = 0; mapped && l < config.n_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".self_attn.");
-    mapped = r.MappedBf16(p + "q_proj.weight").defined() && r.MappedBf16(p + "o_proj.weight").defined();
+    mapped = r.StoredBf16(p + "q_proj.weight") && r.StoredBf16(p + "o_proj.weight");
   }
   w.matrices_mapped = mapped;
   try {
