@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI's test run (README command 2 runs it after scripts/setup.sh):
 #   1. scripts/build.sh: configure and build ./build (Release, Ninja).
-#   2. ctest -LE gpu in ./build: every test except those labelled gpu
-#      (tests/CMakeLists.txt and tests/*_tests.cmake define them), gtest
+#   2. ctest -j2 -LE gpu in ./build: every test except those labelled gpu
+#      (tests/CMakeLists.txt and tests/*_tests.cmake define them), one at a
+#      time (each takes the lock "cores") but for the image build, which
+#      runs beside them at nice 15 from the start (tests/k8s_tests.cmake); gtest
 #      binaries in random case order (GTEST_SHUFFLE, seed printed):
 #        unit, e2e        the tests of the tree and the real binaries on
 #                         loopback (router_streams_e2e_test: 2,000
@@ -44,7 +46,7 @@ cd build
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
-ctest --output-on-failure -LE gpu 2>&1 | tee "$log" || rc=$?
+ctest --output-on-failure -j2 -LE gpu 2>&1 | tee "$log" || rc=$?
 
 # CTest lists each skipped test as "<n> - <name> (Skipped)".
 mapfile -t skipped < <(sed -n 's/^[[:space:]]*[0-9]\+ - \([^ ]*\) (Skipped)$/\1/p' "$log")
