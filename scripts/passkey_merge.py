@@ -7,7 +7,16 @@ positions, Wilson 95% intervals). No trial is run or compared again: each
 run's own report did that. A (position, length) cell found in two runs is
 refused.
 
+A length run in pieces (FIRST_TRIAL, one piece per session) is given trial by
+trial instead: --trials FILE, a CSV of one row per trial (context_length,
+trial, position, passkey, extracted, correct, prompt_tokens, ttft_ms, error
+and, where compared, same_as_pdserve_generate: 1 or 0), such as the pieces'
+trials CSVs concatenated. Its cells are counted from the rows; a trial number
+twice in a length, or a cell also in a passkey.csv, is refused. A trial with
+an error counts as failed, not as a trial.
+
   /usr/bin/python3 scripts/passkey_merge.py --out DIR RUN1/passkey.csv RUN2/passkey.csv
+  /usr/bin/python3 scripts/passkey_merge.py --out DIR RUN1/passkey.csv --trials trials_131072.csv
 """
 import argparse
 import csv
@@ -30,6 +39,36 @@ def read_cells(paths):
                               "compared": int(r["compared_with_pdserve_generate"]),
                               "same": int(r["same_as_pdserve_generate"]), "ttft": r["ttft_ms_p50"]}
     return cells
+
+
+def read_trials(paths, cells):
+    """Adds the cells counted from per-trial CSVs to `cells` (see the module's docstring)."""
+    counted, seen = {}, set()
+    for path in paths:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                L, key = int(r["context_length"]), (r["position"], int(r["context_length"]))
+                if (L, int(r["trial"])) in seen:
+                    sys.exit(f"passkey_merge: trial {r['trial']} at {L} is twice in {path}")
+                seen.add((L, int(r["trial"])))
+                if key in cells:
+                    sys.exit(f"passkey_merge: {key} is in a passkey.csv and in {path}")
+                c = counted.setdefault(key, {"trials": 0, "correct": 0, "failed": 0, "compared": 0, "same": 0,
+                                             "ttfts": []})
+                if r["error"]:
+                    c["failed"] += 1
+                    continue
+                c["trials"] += 1
+                c["correct"] += int(r["correct"])
+                if r.get("ttft_ms"):
+                    c["ttfts"].append(float(r["ttft_ms"]))
+                if r.get("same_as_pdserve_generate", "") != "":
+                    c["compared"] += 1
+                    c["same"] += int(r["same_as_pdserve_generate"])
+    for key, c in counted.items():
+        t = sorted(c.pop("ttfts"))
+        c["ttft"] = f"{t[len(t) // 2]:.1f}" if t else ""
+        cells[key] = c
 
 
 def table(cells, positions, lengths, train_tokens):
@@ -93,9 +132,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--train-tokens", type=int, default=512)
     ap.add_argument("--title", default="passkey-4l: router → prefill → decode, greedy")
-    ap.add_argument("csvs", nargs="+", help="passkey.csv files of scripts/passkey_eval.sh runs")
+    ap.add_argument("--trials", action="append", default=[], help="a per-trial CSV (repeatable)")
+    ap.add_argument("csvs", nargs="*", help="passkey.csv files of scripts/passkey_eval.sh runs")
     a = ap.parse_args()
+    if not a.csvs and not a.trials:
+        ap.error("give passkey.csv files, --trials files, or both")
     cells = read_cells(a.csvs)
+    read_trials(a.trials, cells)
     positions = [p for p in ("start", "middle", "end") if any(k[0] == p for k in cells)]
     lengths = sorted({k[1] for k in cells})
     os.makedirs(a.out, exist_ok=True)
