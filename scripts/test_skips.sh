@@ -22,6 +22,7 @@ declare -A CPU_GATED_SKIPS=(
   ['gemv_q8_test:*Avx512*']='avx512f avx512bw avx512vl avx512_vnni'
   ['mxfp4_test:*Avx512*']='avx512f'
   ['mxfp4_test:*Avx512Vnni*']='avx512f avx512bw avx512vl avx512_vnni'
+  ['mxfp4_gemm_test:*Avx512*']='avx512f'
   ['bf16_matmul_test:Bf16MatmulAmxTest.*']='amx_bf16'
   ['bf16_matmul_test:Bf16MatmulSplitTest.*']='avx512f avx512bw avx512vl avx512_bf16 amx_tile amx_bf16'
   ['bf16_matmul_test:Bf16MatmulDotTest.*']='avx512f avx512bw avx512vl avx512_bf16'

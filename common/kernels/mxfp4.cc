@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -329,6 +330,22 @@ void GemvMxfp4Dot(const int8_t* xq, const float* xs, int64_t M, const Mxfp4Matri
                   float* y, int64_t ldy) {
   if (!Mxfp4Available()) return DotScalar(xq, xs, M, W, n0, n1, y, ldy);
   GemvMxfp4Dot(xq, xs, M, W, n0, n1, y, ldy, GemvMxfp4DotIsa());
+}
+
+void GemmMxfp4Fma(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy, GemvIsa isa) {
+  if (isa == GemvIsa::kAvx512) return GemmMxfp4FmaAvx512(xp, M, W, n0, n1, y, ldy);
+  for (int64_t m = 0; m < M; m += kGemvMaxRows) {
+    GemvMxfp4Fma(xp + m * W.K, std::min(kGemvMaxRows, M - m), W, n0, n1, y + m * ldy, ldy, isa);
+  }
+}
+
+void GemmMxfp4Fma(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy) {
+  if (Mxfp4Available()) return GemmMxfp4Fma(xp, M, W, n0, n1, y, ldy, GemvMxfp4FmaIsa());
+  for (int64_t m = 0; m < M; m += kGemvMaxRows) {
+    FmaScalar(xp + m * W.K, std::min(kGemvMaxRows, M - m), W, n0, n1, y + m * ldy, ldy);
+  }
 }
 
 const char* Mxfp4KernelName(Mxfp4Kernel kernel) {

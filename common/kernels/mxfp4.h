@@ -19,6 +19,8 @@
 //   GemvMxfp4DotReference           the same for the int8-x kernel
 //   PackRowsMxfp4, QuantizeRowsMxfp4  x in the order the kernels read it
 //   GemvMxfp4Fma, GemvMxfp4Dot      the kernels (AVX2, AVX-512), run-time dispatch
+//   GemmMxfp4Fma                    GemvMxfp4Fma's bits for any number of rows
+//                                   (prefill): each weight decoded once per call
 //   Mxfp4KernelName                 which build runs
 //
 // Two kernels:
@@ -159,6 +161,22 @@ void GemvMxfp4Dot(const int8_t* xq, const float* xs, int64_t M, const Mxfp4Matri
                   float* y, int64_t ldy, GemvIsa isa);
 void GemvMxfp4Dot(const int8_t* xq, const float* xs, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1,
                   float* y, int64_t ldy);
+
+// GemvMxfp4Fma's result, bit for bit, for any M (x from PackRowsMxfp4):
+// y[m * ldy + n] = (W x_m)[n] (+ bias[n]) for n in [n0, n1), m < M. The
+// AVX-512F build (GemmMxfp4FmaAvx512, mxfp4_avx512.h) decodes 4 weight
+// rows at a time once (per chunk of up to 64 rows of x) into a thread-local
+// fp32 scratch, in the packed order (per block the 16 even elements, then
+// the 16 odd ones: the exact values kFp4Values[code] * E8m0Value(scale) that
+// the Fma kernel's table gives), then runs the rows of x against them with
+// 4 x 5 zmm accumulators, in the Fma summation order; worth it past
+// kGemvMaxRows rows (prefill). The AVX2
+// build and the scalar path run GemvMxfp4Fma per kGemvMaxRows rows (the
+// same bits). With `isa`: that build, which the CPU must have.
+void GemmMxfp4Fma(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy, GemvIsa isa);
+void GemmMxfp4Fma(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                  int64_t ldy);
 
 // What the kernels run without `isa` on this CPU, for logs and benches:
 // "fma avx512", "fma avx2" or "fma scalar"; "dot avx512-vnni", "dot avx2"

@@ -2,6 +2,9 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "common/kernels/avx2_util.h"
 #include "common/kernels/gemv_kernels.h"
 
@@ -196,6 +199,124 @@ void DotRows(const int8_t* xq, const float* xs, const Mxfp4Matrix& W, int64_t n0
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// ---------------------------------------------------------------- GEMM (Fma)
+
+constexpr int kGemmRows = 4;        // weight rows decoded together (the microkernel's R)
+constexpr int kGemmX = 5;           // rows of x per microkernel pass
+constexpr int64_t kGemmK = 1024;    // elements of k per pass over x (32 blocks)
+constexpr int64_t kGemmMRows = 64;  // rows of x per chunk: <= 256 KiB of x per kGemmK slice
+
+// Rows [n, n + R) of W as fp32 in the packed order, row r at w + r * K: per
+// block FmaRow's `even` then `odd` (the same table, the same permutes).
+void DecodeRowsPacked(const Mxfp4Matrix& W, int64_t n, int R, const float* table, float* w) {
+  const int64_t K = W.K, nb = Mxfp4RowScales(K);
+  const __m512 values = _mm512_loadu_ps(kFp4Values);
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* blocks = W.row_blocks(n + r);
+    const uint8_t* scales = W.row_scales(n + r);
+    float* out = w + r * K;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m512 lut = _mm512_mul_ps(values, _mm512_set1_ps(table[scales[b]]));
+      const __m512i idx = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + b * kMxfp4BlockBytes)));
+      _mm512_storeu_ps(out + b * kMxfp4Block, _mm512_permutexvar_ps(idx, lut));
+      _mm512_storeu_ps(out + b * kMxfp4Block + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), lut));
+    }
+  }
+}
+
+// Elements [k0, k1) of R decoded weight rows (w, row stride K) against M
+// packed rows of x, in the Fma order: per block t = even * x_even, t =
+// fma(odd, x_odd, t), acc += t. The R x M accumulators live in acc_io between
+// calls (exact: a store and a load round nothing): zero when k0 == 0; at
+// k1 == K reduced to y_col[m * ldy + r] (+ bias[n + r]).
+template <int R, int M>
+void GemmTile(const float* w, const float* xp, const Mxfp4Matrix& W, int64_t n, int64_t k0, int64_t k1,
+              float* acc_io, float* y_col, int64_t ldy) {
+  const int64_t K = W.K;
+  __m512 acc[R][M];
+#pragma GCC unroll 32
+  for (int i = 0; i < R * M; ++i) acc[i / M][i % M] = k0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_io + 16 * i);
+  for (int64_t k = k0; k < k1; k += kMxfp4Block) {
+    __m512 we[R], wo[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      we[r] = _mm512_loadu_ps(w + r * K + k);
+      wo[r] = _mm512_loadu_ps(w + r * K + k + 16);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xe = _mm512_loadu_ps(xp + m * K + k), xo = _mm512_loadu_ps(xp + m * K + k + 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m512 t = _mm512_mul_ps(we[r], xe);
+        t = _mm512_fmadd_ps(wo[r], xo, t);
+        acc[r][m] = _mm512_add_ps(acc[r][m], t);
+      }
+    }
+  }
+  if (k1 < K) {
+#pragma GCC unroll 32
+    for (int i = 0; i < R * M; ++i) _mm512_storeu_ps(acc_io + 16 * i, acc[i / M][i % M]);
+    return;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) y_col[m * ldy + r] = AddBias(Reduce(acc[r][m]), W.bias, n + r);
+  }
+}
+
+// R decoded rows against M <= kGemmMRows rows of x, kGemmK elements at a
+// time (that slice of x stays in L2, of w in L1), kGemmX rows of x at a
+// time, then the rest. acc: R * M vectors of 16 floats.
+template <int R>
+void GemmRows(const float* w, const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n, float* acc, float* y,
+              int64_t ldy) {
+  const int64_t K = W.K;
+  for (int64_t k0 = 0; k0 < K; k0 += kGemmK) {
+    const int64_t k1 = std::min(K, k0 + kGemmK);
+    int64_t m = 0;
+    for (; m + kGemmX <= M; m += kGemmX) {
+      GemmTile<R, kGemmX>(w, xp + m * K, W, n, k0, k1, acc + 16 * m * R, y + m * ldy + n, ldy);
+    }
+    const float* x = xp + m * K;
+    float* yc = y + m * ldy + n;
+    switch (M - m) {
+      case 1: GemmTile<R, 1>(w, x, W, n, k0, k1, acc + 16 * m * R, yc, ldy); break;
+      case 2: GemmTile<R, 2>(w, x, W, n, k0, k1, acc + 16 * m * R, yc, ldy); break;
+      case 3: GemmTile<R, 3>(w, x, W, n, k0, k1, acc + 16 * m * R, yc, ldy); break;
+      case 4: GemmTile<R, 4>(w, x, W, n, k0, k1, acc + 16 * m * R, yc, ldy); break;
+      default: break;
+    }
+  }
+}
+
+// M <= kGemmMRows rows of x (their kGemmK slices stay in L2) against weight
+// rows [n0, n1), 4 at a time decoded once here (a last 1-3 one by one).
+void GemmChunk(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* w, float* acc,
+               float* y, int64_t ldy) {
+  const float* table = E8m0Table();
+  int64_t n = n0;
+  for (; n + kGemmRows <= n1; n += kGemmRows) {
+    DecodeRowsPacked(W, n, kGemmRows, table, w);
+    GemmRows<kGemmRows>(w, xp, M, W, n, acc, y, ldy);
+  }
+  for (; n < n1; ++n) {
+    DecodeRowsPacked(W, n, 1, table, w);
+    GemmRows<1>(w, xp, M, W, n, acc, y, ldy);
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 }  // namespace
 
 void GemvMxfp4FmaAvx512(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
@@ -217,6 +338,22 @@ void GemvMxfp4DotAvx512(const int8_t* xq, const float* xs, int64_t M, const Mxfp
     case 3: return DotRows<3>(xq, xs, W, n0, n1, y, ldy);
     case 4: return DotRows<4>(xq, xs, W, n0, n1, y, ldy);
     default: return;
+  }
+}
+
+void GemmMxfp4FmaAvx512(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy) {
+  static_assert(kGemmX == 5, "GemmRows's remainder switch covers 1..4");
+  if (M <= 0) return;
+  // Reused, no allocation per call: kGemmRows decoded rows, their accumulators.
+  thread_local std::vector<float> w, acc;
+  w.resize(kGemmRows * W.K);
+  acc.resize(16 * kGemmRows * kGemmMRows);
+  // Chunks of x of equal size (up to kGemmMRows rows); the weights are
+  // decoded again per chunk (a few per cent of the multiplies' time).
+  const int64_t chunks = (M + kGemmMRows - 1) / kGemmMRows, rows = (M + chunks - 1) / chunks;
+  for (int64_t m = 0; m < M; m += rows) {
+    GemmChunk(xp + m * W.K, std::min(rows, M - m), W, n0, n1, w.data(), acc.data(), y + m * ldy, ldy);
   }
 }
 

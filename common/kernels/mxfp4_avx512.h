@@ -17,6 +17,16 @@
 // AVX2 build. The fp32 accumulator's lanes 0-7 take the even blocks and 8-15
 // the odd ones, as the AVX2 build's two accumulators. One weight row per
 // pass for one row of x, 4 for 2, 2 for 3-4 (as gemv_q8_avx512.h).
+//
+// GemmMxfp4FmaAvx512 (AVX-512F): GemvMxfp4FmaAvx512's bits for any M
+// (mxfp4.h, GemmMxfp4Fma). x in chunks of up to 64 rows (of equal size);
+// per chunk and 4 weight rows: FmaRow's even and odd values of every block
+// stored once to a thread-local fp32 scratch (4 x K), then the chunk's rows
+// against them 5 at a time (4 x 5 zmm accumulators, the 8 weight vectors of
+// a block in registers; the last 1-4 rows as one smaller tile), 1024
+// elements of k at a time (that slice of x stays in L2, of the weights in
+// L1; the accumulators wait in memory between slices: exact). A last 1-3
+// weight rows go one by one. The weights are decoded once per chunk.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +39,7 @@ void GemvMxfp4FmaAvx512(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_
                         int64_t ldy);
 void GemvMxfp4DotAvx512(const int8_t* xq, const float* xs, int64_t M, const Mxfp4Matrix& W, int64_t n0,
                         int64_t n1, float* y, int64_t ldy);
+void GemmMxfp4FmaAvx512(const float* xp, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy);
 
 }  // namespace pdserve

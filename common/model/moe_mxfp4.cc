@@ -36,10 +36,12 @@ struct PreparedRows {
       });
     }
   }
-  // y[m * ldy + n] for rows [r0, r0 + M) of x, M <= kGemvMaxRows, weight rows [n0, n1).
+  // y[m * ldy + n] for rows [r0, r0 + M) of x, weight rows [n0, n1); M <=
+  // kGemvMaxRows, except for the fma kernel (GemmMxfp4Fma: the same bits).
   void Gemv(Mxfp4KernelChoice kernel, int64_t r0, int64_t M, const Mxfp4Matrix& W, int64_t n0, int64_t n1,
             float* y, int64_t ldy) const {
     if (kernel == Mxfp4KernelChoice::kFma) {
+      if (M > kGemvMaxRows) return GemmMxfp4Fma(&xp[r0 * K], M, W, n0, n1, y, ldy);
       GemvMxfp4Fma(&xp[r0 * K], M, W, n0, n1, y, ldy);
     } else {
       GemvMxfp4Dot(&xq[r0 * K], &xs[r0 * Mxfp4RowScales(K)], M, W, n0, n1, y, ldy);
@@ -47,24 +49,29 @@ struct PreparedRows {
   }
 };
 
-// One unit of a projection's parallel region: up to kGemvMaxRows rows of one
-// expert against one tile of its weight rows.
+// One unit of a projection's parallel region: rows of one expert against
+// one tile of its weight rows: up to kGemvMaxRows of them (the GEMV
+// kernels), or all of them (fma with more: GemmMxfp4Fma decodes the tile once).
 struct Task {
   int64_t expert, r0, M, n0, n1;
 };
 
 // y [R, N] = W_e x for every expert's rows (rows [first[e], first[e + 1])
 // of x and y), W_e = mats[e] with N rows; one parallel region over every
-// expert, row group and tile.
+// tile, expert and row group. Tiles outermost: at::parallel_for hands each
+// thread a contiguous run of tasks, and a run of whole tiles holds every
+// expert's rows in proportion, however unequal the experts' shares are.
 void ProjectAll(const std::vector<Mxfp4Matrix>& mats, const std::vector<int64_t>& first, const PreparedRows& x,
                 int64_t N, Mxfp4KernelChoice kernel, float* y) {
   const int64_t E = static_cast<int64_t>(mats.size());
   const int64_t tile = GemvTileRows(Mxfp4RowBytes(x.K) + Mxfp4RowScales(x.K));
   std::vector<Task> tasks;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t n0 = 0; n0 < N; n0 += tile) {
-      for (int64_t r = first[e]; r < first[e + 1]; r += kGemvMaxRows) {
-        tasks.push_back({e, r, std::min(kGemvMaxRows, first[e + 1] - r), n0, std::min(N, n0 + tile)});
+  for (int64_t n0 = 0; n0 < N; n0 += tile) {
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t rows = first[e + 1] - first[e];
+      const int64_t group = kernel == Mxfp4KernelChoice::kFma && rows > kGemvMaxRows ? rows : kGemvMaxRows;
+      for (int64_t r = first[e]; r < first[e + 1]; r += group) {
+        tasks.push_back({e, r, std::min(group, first[e + 1] - r), n0, std::min(N, n0 + tile)});
       }
     }
   }
