@@ -46,7 +46,7 @@
 # and pdserve run with PDSERVE_ISA=avx2).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=$ROOT/.cache/llama
 NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION:-3.22.1}  # ships llama.cpp de3ff815
 ROUNDS=${ROUNDS:-2}
@@ -70,13 +70,13 @@ machine_name() {
   esac
 }
 MACHINE=${MACHINE:-$(machine_name)}
+ISA=${ISA:-native}
 DEFAULT_ROWS="decode $([[ $QUICK == 1 ]] || echo "deep ")prefill int8"
 RUN_NAME=vs_llamacpp$([[ $ISA == avx2 ]] && echo _avx2)$([[ $ROWS == "$DEFAULT_ROWS" ]] || echo "_${ROWS// /_}")
 OUT_DIR=${OUT_DIR:-$ROOT/docs/bench/${RUN_NAME}_${MACHINE}_$(date -u +%F)}
 CONFIG=${CONFIG:-$ROOT/configs/gpt-oss-lite-502m.json}
 MODEL_DIR=${MODEL_DIR:-$CACHE/models/$(basename "$CONFIG" .json)}
 LLAMA_JOBS=${LLAMA_JOBS:-2}
-ISA=${ISA:-native}
 PY=/usr/bin/python3  # Debian's: numpy + matplotlib (scripts/setup.sh installs them)
 REPORT=$ROOT/scripts/bench_vs_llamacpp_report.py
 LLAMA_BUILD=$CACHE/build
@@ -370,4 +370,6 @@ main() {
   log "wrote $OUT_DIR/{table.md,measurements.csv,decode_vs_depth.png} in ${SECONDS}s"
 }
 
-main "$@"; exit $?  # one line: bash reads a script as it runs, so an edit mid-run cannot shift what runs next
+# Sourced (scripts/bench_gptoss_vs_llamacpp.sh), it only defines its settings and functions. One line:
+# bash reads a script as it runs, so an edit mid-run cannot shift what runs next.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; exit $?; fi
