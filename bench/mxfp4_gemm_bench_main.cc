@@ -60,11 +60,28 @@ double TimeMs(bool gemm, const float* xp, int64_t M, const Expert& e, GemvIsa is
   return (Now() - t0) * 1e3;
 }
 
+constexpr char kUsage[] =
+    "pdserve-mxfp4-gemm-bench: one gpt-oss-20b expert projection (gate_up [5760, 2880], down [2880, 2880])\n"
+    "with ROWS rows of x on one thread, the MXFP4 GEMV path (4 rows a pass) against GemmMxfp4Fma, per ISA\n"
+    "build; thread CPU time, min-max over ROUNDS interleaved rounds, and whether the two give the same bits.\n"
+    "Usage: pdserve-mxfp4-gemm-bench [ROUNDS>=1, default 5] [ROWS>=1, default 64]   (needs AVX2 + FMA)\n";
+
+// The positive integer in `arg`, or 0 when it is not one.
+int64_t PositiveArg(const char* arg) {
+  char* end = nullptr;
+  const long long v = std::strtoll(arg, &end, 10);
+  return *end == '\0' && v > 0 ? v : 0;
+}
+
 int Main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
-  const int64_t M = argc > 2 ? std::atoll(argv[2]) : 64;
+  if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const int rounds = argc > 1 ? static_cast<int>(PositiveArg(argv[1])) : 5;
+  const int64_t M = argc > 2 ? PositiveArg(argv[2]) : 64;
   if (rounds < 1 || M < 1 || argc > 3 || !Mxfp4Available()) {
-    std::fprintf(stderr, "usage: pdserve-mxfp4-gemm-bench [ROUNDS>=1] [ROWS>=1] (needs AVX2/FMA)\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   std::vector<GemvIsa> isas = {GemvIsa::kAvx2};
