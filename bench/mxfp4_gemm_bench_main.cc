@@ -8,27 +8,21 @@
 //
 // Prints per (shape, path, isa) the best and worst round in thread CPU ms per
 // call and GFLOP/s (2 * ROWS * N * K per call). x is packed once, outside the timing.
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_clock.h"
 #include "common/kernels/gemv_kernels.h"
 #include "common/kernels/mxfp4.h"
 
 namespace pdserve {
 namespace {
 
-// CPU time of this thread: on a shared machine, time the thread was
-// preempted does not count (its caches may still have been disturbed).
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+// This thread's CPU time (bench_clock.h).
+double Now() { return bench::ThreadCpuSeconds(); }
 
 struct Expert {
   int64_t N, K;

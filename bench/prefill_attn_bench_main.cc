@@ -16,7 +16,6 @@
 // (K/V in the kernel's layout, queries, output, one thread's scratch) beside
 // the T x T x H fp32 scores an unfused path would need.
 #include <immintrin.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,18 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_clock.h"
 #include "common/kernels/prefill_attention.h"
 
 namespace pdserve {
 namespace {
 
-// This thread's CPU time: a run beside other processes (a build on the same
-// cores) loses time slices, not the rate it computes at while it runs.
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+// This thread's CPU time (bench_clock.h).
+double Now() { return bench::ThreadCpuSeconds(); }
 
 // One core's fp32 FMA rate (GFLOP/s): 12 independent chains of 512-bit (or
 // 256-bit) FMAs, best of 3.

@@ -21,6 +21,7 @@
 
 #include "common/kernels/gemv_kernels.h"
 #include "common/kernels/mxfp4.h"
+#include "tests/mxfp4_test_util.h"
 
 namespace pdserve {
 namespace {
@@ -67,14 +68,7 @@ std::vector<float> Gemm(const Problem& p, const GemvIsa* isa, bool bias, int64_t
   return y;
 }
 
-bool SameResult(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; }
-
-void ExpectSame(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(SameResult(got[i], want[i])) << what << " at " << i << ": " << got[i] << " vs " << want[i];
-  }
-}
+using testing::ExpectSame;  // mxfp4_test_util.h
 
 std::string What(GemvIsa isa, const Problem& p, bool bias, int64_t n0, int64_t n1) {
   return std::string(GemvIsaName(isa)) + " K=" + std::to_string(p.K) + " N=" + std::to_string(p.N) +

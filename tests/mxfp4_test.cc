@@ -33,6 +33,7 @@
 #include "common/kernels/gemv_kernels.h"
 #include "common/kernels/gemv_q8.h"
 #include "common/kernels/mxfp4.h"
+#include "tests/mxfp4_test_util.h"
 
 namespace pdserve {
 namespace {
@@ -115,16 +116,7 @@ std::vector<float> RunDot(const Problem& p, GemvIsa isa, bool bias, int64_t n0, 
   return y;
 }
 
-// The same bits, or NaN in both (which NaN is not specified).
-bool SameResult(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; }
-
-// Every element of `got` is `want`'s (the sentinels outside [n0, n1) included).
-void ExpectSame(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(SameResult(got[i], want[i])) << what << " at " << i << ": " << got[i] << " vs " << want[i];
-  }
-}
+using testing::ExpectSame;  // mxfp4_test_util.h
 
 // 1, 2, 3, 5 blocks (odd counts: the AVX-512 dot's lone last block), 768, and
 // gpt-oss's 2880 (90 blocks).
